@@ -1,0 +1,8 @@
+"""mcp-cli: ONNX -> MCP-IR -> Triton Inference Server model repository."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("mcp-cli")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+unknown"

@@ -1,0 +1,61 @@
+"""The McpError hierarchy: every failure the library reports on purpose."""
+
+from __future__ import annotations
+
+
+class McpError(Exception):
+    """Base of every error mcp-cli raises on purpose. `exit_code` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class UsageError(McpError):
+    """The command line or the options are wrong."""
+
+    exit_code = 2
+
+
+class InvalidModelError(McpError):
+    """An input file (ONNX or MCP-IR) is corrupt, malformed or hostile."""
+
+    exit_code = 2
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = str(path) if path is not None else None
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}" if self.path else reason)
+
+
+class SchemaVersionError(InvalidModelError):
+    """An MCP-IR file written with a schema major version this reader does not know."""
+
+
+class UnsupportedError(McpError):
+    """The model is valid but uses something mcp-cli cannot carry (names the node and op)."""
+
+    exit_code = 1
+
+    def __init__(self, what: str, *, node: str | None = None, op: str | None = None,
+                 hint: str | None = None) -> None:
+        self.node, self.op, self.hint = node, op, hint
+        where = []
+        if node is not None:
+            where.append(f"node {node!r}")
+        if op is not None:
+            where.append(f"op {op}")
+        msg = f"{what} ({', '.join(where)})" if where else what
+        if hint:
+            msg += f"; {hint}"
+        super().__init__(msg)
+
+
+class OutputExistsError(McpError):
+    """The output path exists and --force was not given."""
+
+    exit_code = 2
+
+
+class VerificationError(McpError):
+    """Converted outputs differ from onnxruntime on the original beyond tolerance."""
+
+    exit_code = 1

@@ -1,0 +1,411 @@
+"""ONNX -> IR: load (with checked external data), onnx.checker, shape inference, import."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import numpy_helper
+
+from ..errors import InvalidModelError, UnsupportedError
+from ..ir.build import GraphBuilder
+from ..ir.graph import Attribute, AttrType, Function, Graph, Model, Value
+from ..ir.tensor import SparseTensor, Tensor
+from ..ir.types import DataType, MapType, NoType, OptionalType, SequenceType, TensorType, Type
+
+# Deeper nesting of subgraphs than this is refused rather than recursed into.
+MAX_SUBGRAPH_DEPTH = 64
+
+
+@dataclass
+class LoadedModel:
+    model: Model
+    path: Path
+    warnings: list[str] = field(default_factory=list)
+    external_files: list[Path] = field(default_factory=list)
+
+
+def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool = True) -> LoadedModel:
+    """Load an ONNX file into the IR.
+
+    External data is validated (it must lie inside the model's folder, be a regular file with a
+    single link, and hold the bytes the tensor claims) and then mapped, not read.
+
+    Raises:
+        InvalidModelError: the file is missing, corrupt, fails onnx.checker, or refers outside.
+        UnsupportedError: the model uses an ONNX feature the IR does not carry.
+    """
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise InvalidModelError(path, f"cannot read model: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidModelError(path, "not a regular file")
+    if st.st_size == 0:
+        raise InvalidModelError(path, "file is empty")
+    try:
+        proto = onnx.ModelProto.FromString(path.read_bytes())
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise InvalidModelError(path, f"not a valid ONNX protobuf ({e})") from None
+    if not proto.HasField("graph"):
+        raise InvalidModelError(path, "not an ONNX model: it has no graph")
+
+    ext = _ExternalData(path.parent)
+    for t in _all_tensor_protos(proto):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            ext.check(t)
+
+    warnings: list[str] = []
+    if check:
+        try:
+            if ext.files:
+                onnx.checker.check_model(str(path))
+            else:
+                onnx.checker.check_model(proto)
+        except (onnx.checker.ValidationError, RuntimeError, ValueError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise InvalidModelError(path, f"onnx.checker rejected the model: {first}") from None
+    if infer_shapes:
+        try:
+            proto = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False)
+        except Exception as e:  # noqa: BLE001 - onnx raises many kinds; the model is still usable
+            warnings.append(f"ONNX shape inference failed, shapes kept as given: {str(e).splitlines()[0]}")
+
+    importer = _Importer(path, ext)
+    try:
+        model = importer.model(proto)
+    except InvalidModelError as e:
+        if e.path is None:
+            raise InvalidModelError(path, e.reason) from None
+        raise
+    return LoadedModel(model, path, warnings, list(ext.files))
+
+
+def _all_tensor_protos(proto: onnx.ModelProto):
+    def graph(g: onnx.GraphProto, depth: int):
+        if depth > MAX_SUBGRAPH_DEPTH:
+            raise InvalidModelError(None, f"subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH}")
+        yield from g.initializer
+        for s in g.sparse_initializer:
+            yield s.values
+            yield s.indices
+        for n in g.node:
+            yield from attrs(n.attribute, depth)
+
+    def attrs(attributes, depth):
+        for a in attributes:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("sparse_tensor"):
+                yield a.sparse_tensor.values
+                yield a.sparse_tensor.indices
+            for s in a.sparse_tensors:
+                yield s.values
+                yield s.indices
+            if a.HasField("g"):
+                yield from graph(a.g, depth + 1)
+            for sub in a.graphs:
+                yield from graph(sub, depth + 1)
+
+    yield from graph(proto.graph, 0)
+    for f in proto.functions:
+        yield from attrs(f.attribute_proto, 0)
+        for n in f.node:
+            yield from attrs(n.attribute, 0)
+
+
+class _ExternalData:
+    """Checks and maps external-data files; nothing outside `base` is ever opened."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = Path(os.path.realpath(base))
+        self.files: dict[Path, mmap.mmap | None] = {}
+
+    def _entries(self, t: onnx.TensorProto) -> dict[str, str]:
+        return {e.key: e.value for e in t.external_data}
+
+    def resolve(self, t: onnx.TensorProto) -> tuple[Path, int, int | None]:
+        info = self._entries(t)
+        loc = info.get("location", "")
+        where = f"tensor {t.name!r}: external data location {loc!r}"
+        if not loc or "\x00" in loc:
+            raise InvalidModelError(None, f"{where} is empty or invalid")
+        if os.path.isabs(loc) or loc.startswith(("/", "\\")) or (len(loc) > 1 and loc[1] == ":"):
+            raise InvalidModelError(None, f"{where} is an absolute path")
+        parts = Path(loc).parts
+        if ".." in parts:
+            raise InvalidModelError(None, f"{where} escapes the model folder")
+        candidate = self.base / loc
+        real = Path(os.path.realpath(candidate))
+        if real != self.base and self.base not in real.parents:
+            raise InvalidModelError(None, f"{where} resolves outside the model folder (symlink?)")
+        try:
+            st = os.stat(real)
+        except OSError:
+            raise InvalidModelError(None, f"{where}: file not found") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidModelError(None, f"{where} is not a regular file")
+        if st.st_nlink > 1:
+            raise InvalidModelError(None, f"{where} is a hard link (refused: it may alias a file outside)")
+        try:
+            offset = int(info.get("offset", "0"))
+            length = int(info["length"]) if "length" in info else None
+        except ValueError:
+            raise InvalidModelError(None, f"tensor {t.name!r}: external data offset/length are not integers") from None
+        if offset < 0 or (length is not None and length < 0):
+            raise InvalidModelError(None, f"tensor {t.name!r}: negative external data offset/length")
+        size = st.st_size
+        if length is None:
+            length = size - offset
+        if offset + length > size:
+            raise InvalidModelError(
+                None, f"tensor {t.name!r}: external data [{offset}, {offset + length}) runs past the "
+                      f"end of {loc!r} ({size} bytes)")
+        return real, offset, length
+
+    def check(self, t: onnx.TensorProto) -> None:
+        real, _, length = self.resolve(t)
+        expected = _expected_nbytes(t)
+        if expected is not None and length != expected:
+            raise InvalidModelError(
+                None, f"tensor {t.name!r}: external data holds {length} bytes, dims "
+                      f"{list(t.dims)} of {DataType(t.data_type).name} need {expected}")
+        self.files.setdefault(real, None)
+
+    def view(self, t: onnx.TensorProto) -> memoryview:
+        real, offset, length = self.resolve(t)
+        m = self.files.get(real)
+        if m is None:
+            with open(real, "rb") as f:
+                if os.fstat(f.fileno()).st_size == 0:
+                    return memoryview(b"")
+                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self.files[real] = m
+        return memoryview(m)[offset:offset + length]
+
+
+def _expected_nbytes(t: onnx.TensorProto) -> int | None:
+    try:
+        dt = DataType(t.data_type)
+    except ValueError:
+        raise InvalidModelError(None, f"tensor {t.name!r}: unknown data type {t.data_type}") from None
+    if dt in (DataType.UNDEFINED, DataType.STRING):
+        return None
+    if any(d < 0 for d in t.dims):
+        raise InvalidModelError(None, f"tensor {t.name!r}: negative dimension in {list(t.dims)}")
+    n = 1
+    for d in t.dims:
+        n *= d
+    return dt.nbytes(n)
+
+
+class _Importer:
+    def __init__(self, path: Path, ext: _ExternalData) -> None:
+        self.path = path
+        self.ext = ext
+
+    # -- model, functions ---------------------------------------------------------------------
+    def model(self, p: onnx.ModelProto) -> Model:
+        for fld in ("training_info",):
+            if len(getattr(p, fld)):
+                raise UnsupportedError(f"ONNX ModelProto.{fld} is not supported")
+        if hasattr(p, "configuration") and len(p.configuration):
+            raise UnsupportedError("ONNX ModelProto.configuration (multi-device) is not supported")
+        opsets: dict[str, int] = {}
+        for o in p.opset_import:
+            opsets[o.domain] = o.version
+        m = Model(
+            graph=self.graph(p.graph, None, "graph"),
+            opset_imports=opsets, ir_version=p.ir_version, producer_name=p.producer_name,
+            producer_version=p.producer_version, domain=p.domain, model_version=p.model_version,
+            doc_string=p.doc_string, metadata_props=_props(p.metadata_props),
+        )
+        m.functions = [self.function(f) for f in p.functions]
+        return m
+
+    def function(self, f: onnx.FunctionProto) -> Function:
+        b = GraphBuilder(f.name, where=f"function {f.domain}.{f.name}")
+        for name in f.input:
+            b.add_input(Value(name))
+        for n in f.node:
+            self.node(b, n)
+        for name in f.output:
+            b.add_output(name)
+        for vi in f.value_info:
+            self._annotate(b.add_value_info(vi.name), vi)
+        return Function(
+            name=f.name, domain=f.domain, body=b.graph, attributes=list(f.attribute),
+            attribute_defaults=[self.attribute(b, a, f.name) for a in f.attribute_proto],
+            opset_imports={o.domain: o.version for o in f.opset_import},
+            overload=f.overload, doc_string=f.doc_string, metadata_props=_props(f.metadata_props))
+
+    # -- graphs -------------------------------------------------------------------------------
+    def graph(self, g: onnx.GraphProto, parent: GraphBuilder | None, where: str,
+              builder: GraphBuilder | None = None) -> Graph:
+        b = builder or GraphBuilder(g.name, parent, where=where)
+        if b.depth > MAX_SUBGRAPH_DEPTH:
+            raise InvalidModelError(None, f"{where}: subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH}")
+        if len(g.quantization_annotation):
+            raise UnsupportedError(f"{where}: GraphProto.quantization_annotation is not supported")
+        for vi in g.input:
+            v = Value(vi.name)
+            self._annotate(v, vi)
+            b.add_input(v)
+        for t in g.initializer:
+            b.add_initializer(Value(t.name, const=self.tensor(t)))
+        for s in g.sparse_initializer:
+            st = self.sparse(s)
+            b.add_initializer(Value(st.name, const=st), sparse=True)
+        for n in g.node:
+            self.node(b, n)
+        for vi in g.output:
+            v = b.add_output(vi.name)
+            if vi.HasField("type") or v.type is None:
+                self._annotate(v, vi, force=True)
+        for vi in g.value_info:
+            self._annotate(b.add_value_info(vi.name), vi)
+        b.graph.doc_string = g.doc_string
+        b.graph.metadata_props = _props(g.metadata_props)
+        return b.graph
+
+    def node(self, b: GraphBuilder, n: onnx.NodeProto) -> None:
+        if len(getattr(n, "device_configurations", ())):
+            raise UnsupportedError("NodeProto.device_configurations is not supported",
+                                   node=n.name, op=n.op_type)
+        attrs = [self.attribute(b, a, n.name or n.op_type) for a in n.attribute]
+        b.add_node(n.op_type, n.domain, n.name, n.input, n.output, attrs, overload=n.overload,
+                   doc_string=n.doc_string, metadata_props=_props(n.metadata_props))
+
+    def _annotate(self, v: Value, vi: onnx.ValueInfoProto, force: bool = False) -> None:
+        if vi.HasField("type") and (force or v.type is None):
+            v.type = self.type(vi.type)
+        if force or not v.doc_string:
+            v.doc_string = vi.doc_string
+        if len(vi.metadata_props):
+            v.metadata_props = _props(vi.metadata_props)
+
+    # -- attributes ---------------------------------------------------------------------------
+    def attribute(self, b: GraphBuilder, a: onnx.AttributeProto, owner: str) -> Attribute:
+        kind = AttrType(a.type)
+        attr = Attribute(a.name, kind, ref_attr_name=a.ref_attr_name, doc_string=a.doc_string)
+        if a.ref_attr_name:
+            return attr
+        if kind == AttrType.FLOAT:
+            attr.value = a.f
+        elif kind == AttrType.INT:
+            attr.value = a.i
+        elif kind == AttrType.STRING:
+            attr.value = a.s
+        elif kind == AttrType.TENSOR:
+            attr.value = self.tensor(a.t)
+        elif kind == AttrType.GRAPH:
+            attr.value = self.graph(a.g, b, "", b.child(a.g.name, a.name, owner))
+        elif kind == AttrType.FLOATS:
+            attr.value = list(a.floats)
+        elif kind == AttrType.INTS:
+            attr.value = list(a.ints)
+        elif kind == AttrType.STRINGS:
+            attr.value = list(a.strings)
+        elif kind == AttrType.TENSORS:
+            attr.value = [self.tensor(t) for t in a.tensors]
+        elif kind == AttrType.GRAPHS:
+            attr.value = [self.graph(g, b, "", b.child(g.name, a.name, owner)) for g in a.graphs]
+        elif kind == AttrType.SPARSE_TENSOR:
+            attr.value = self.sparse(a.sparse_tensor)
+        elif kind == AttrType.SPARSE_TENSORS:
+            attr.value = [self.sparse(s) for s in a.sparse_tensors]
+        elif kind == AttrType.TYPE_PROTO:
+            attr.value = self.type(a.tp)
+        elif kind == AttrType.TYPE_PROTOS:
+            attr.value = [self.type(t) for t in a.type_protos]
+        else:
+            raise InvalidModelError(None, f"{owner}: attribute {a.name!r} has no type")
+        return attr
+
+    # -- tensors and types --------------------------------------------------------------------
+    def tensor(self, t: onnx.TensorProto) -> Tensor:
+        if len(t.dims) and t.HasField("segment"):
+            raise UnsupportedError(f"tensor {t.name!r}: segmented tensors are not supported")
+        expected = _expected_nbytes(t)
+        dt = DataType(t.data_type)
+        props = _props(t.metadata_props)
+        if dt == DataType.UNDEFINED:
+            raise InvalidModelError(None, f"tensor {t.name!r}: data type UNDEFINED")
+        if dt == DataType.STRING:
+            n = int(np.prod(t.dims)) if len(t.dims) else 1
+            if len(t.string_data) != n:
+                raise InvalidModelError(
+                    None, f"tensor {t.name!r}: {len(t.string_data)} strings for dims {list(t.dims)}")
+            return Tensor(t.name, dt, t.dims, string_data=list(t.string_data),
+                          doc_string=t.doc_string, metadata_props=props)
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            raw: memoryview | bytes = self.ext.view(t)
+        elif t.HasField("raw_data"):
+            raw = t.raw_data
+        else:
+            try:
+                arr = numpy_helper.to_array(t)
+            except Exception as e:  # noqa: BLE001 - numpy/onnx raise ValueError, TypeError...
+                raise InvalidModelError(None, f"tensor {t.name!r}: bad typed data ({e})") from None
+            raw = Tensor.from_numpy(t.name, arr, dt).raw.tobytes()
+        if len(raw) != expected:
+            raise InvalidModelError(
+                None, f"tensor {t.name!r}: holds {len(raw)} bytes, dims {list(t.dims)} of "
+                      f"{dt.name} need {expected}")
+        return Tensor(t.name, dt, t.dims, raw, doc_string=t.doc_string, metadata_props=props)
+
+    def sparse(self, s: onnx.SparseTensorProto) -> SparseTensor:
+        return SparseTensor(self.tensor(s.values), self.tensor(s.indices), tuple(s.dims))
+
+    def type(self, tp: onnx.TypeProto, depth: int = 0) -> Type:
+        if depth > MAX_SUBGRAPH_DEPTH:
+            raise InvalidModelError(None, "type nested too deeply")
+        which = tp.WhichOneof("value")
+        den = tp.denotation
+        if which in ("tensor_type", "sparse_tensor_type"):
+            tt = getattr(tp, which)
+            shape = None
+            denots = None
+            if tt.HasField("shape"):
+                shape = tuple(_dim(d) for d in tt.shape.dim)
+                if any(d.denotation for d in tt.shape.dim):
+                    denots = tuple(d.denotation for d in tt.shape.dim)
+            try:
+                elem = DataType(tt.elem_type)
+            except ValueError:
+                raise InvalidModelError(None, f"unknown element type {tt.elem_type}") from None
+            return TensorType(elem, shape, denots, den, sparse=which == "sparse_tensor_type")
+        if which == "sequence_type":
+            e = tp.sequence_type.elem_type
+            return SequenceType(self.type(e, depth + 1) if tp.sequence_type.HasField("elem_type") else None, den)
+        if which == "optional_type":
+            e = tp.optional_type.elem_type
+            return OptionalType(self.type(e, depth + 1) if tp.optional_type.HasField("elem_type") else None, den)
+        if which == "map_type":
+            mt = tp.map_type
+            return MapType(DataType(mt.key_type),
+                           self.type(mt.value_type, depth + 1) if mt.HasField("value_type") else None, den)
+        if which == "opaque_type":
+            raise UnsupportedError("opaque types are not supported")
+        return NoType(den)
+
+
+def _dim(d: onnx.TensorShapeProto.Dimension):
+    which = d.WhichOneof("value")
+    if which == "dim_value":
+        return d.dim_value if d.dim_value >= 0 else None
+    if which == "dim_param":
+        return d.dim_param or None
+    return None
+
+
+def _props(entries) -> dict[str, str]:
+    return {e.key: e.value for e in entries}

@@ -1,0 +1,226 @@
+"""The in-memory IR: values with use lists, nodes, graphs, functions and the model."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .tensor import SparseTensor, Tensor
+from .types import Type
+
+
+class Layout(enum.IntEnum):
+    """Tensor layout contract of a value (numbering = the schema's `Layout`)."""
+
+    NONE = 0
+    NCHW = 1
+    NHWC = 2
+    NCW = 3
+    NWC = 4
+    NCDHW = 5
+    NDHWC = 6
+
+
+class AttrType(enum.IntEnum):
+    """ONNX AttributeProto.AttributeType numbering."""
+
+    UNDEFINED = 0
+    FLOAT = 1
+    INT = 2
+    STRING = 3
+    TENSOR = 4
+    GRAPH = 5
+    FLOATS = 6
+    INTS = 7
+    STRINGS = 8
+    TENSORS = 9
+    GRAPHS = 10
+    SPARSE_TENSOR = 11
+    SPARSE_TENSORS = 12
+    TYPE_PROTO = 13
+    TYPE_PROTOS = 14
+
+
+@dataclass
+class Attribute:
+    """A node attribute. `value` is float, int, bytes, Tensor, Graph, SparseTensor, Type or a list.
+
+    Inside a function body an attribute may instead refer to the caller's (`ref_attr_name`).
+    """
+
+    name: str
+    type: AttrType
+    value: Any = None
+    ref_attr_name: str = ""
+    doc_string: str = ""
+
+
+class Value:
+    """A named value: graph input, node output or constant (initializer), with its uses."""
+
+    __slots__ = ("name", "type", "layout", "producer", "output_index", "uses", "const",
+                 "doc_string", "metadata_props")
+
+    def __init__(self, name: str, type: Type | None = None, *, layout: Layout = Layout.NONE,
+                 const: Tensor | SparseTensor | None = None) -> None:
+        self.name = name
+        self.type = type
+        self.layout = layout
+        self.producer: Node | None = None
+        self.output_index = -1
+        self.uses: list[tuple[Node, int]] = []   # (consumer, input index)
+        self.const = const
+        self.doc_string = ""
+        self.metadata_props: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return f"Value({self.name!r})"
+
+
+class Node:
+    """One operator application. Inputs are Values (None for an omitted optional input)."""
+
+    __slots__ = ("op_type", "domain", "name", "overload", "_inputs", "outputs", "attributes",
+                 "doc_string", "metadata_props")
+
+    def __init__(self, op_type: str, inputs: Sequence[Value | None], outputs: Sequence[Value], *,
+                 domain: str = "", name: str = "", overload: str = "",
+                 attributes: Iterable[Attribute] = ()) -> None:
+        self.op_type = op_type
+        self.domain = domain
+        self.name = name
+        self.overload = overload
+        self.attributes: dict[str, Attribute] = {a.name: a for a in attributes}
+        self.doc_string = ""
+        self.metadata_props: dict[str, str] = {}
+        self._inputs: list[Value | None] = []
+        for v in inputs:
+            self._append_input(v)
+        self.outputs: list[Value] = list(outputs)
+        for i, v in enumerate(self.outputs):
+            if v.producer is not None:
+                raise ValueError(f"value {v.name!r} already has a producer")
+            v.producer, v.output_index = self, i
+
+    @property
+    def inputs(self) -> tuple[Value | None, ...]:
+        return tuple(self._inputs)
+
+    def _append_input(self, v: Value | None) -> None:
+        if v is not None:
+            v.uses.append((self, len(self._inputs)))
+        self._inputs.append(v)
+
+    def set_input(self, index: int, v: Value | None) -> None:
+        """Replace input `index`, keeping both values' use lists right."""
+        old = self._inputs[index]
+        if old is not None:
+            old.uses.remove((self, index))
+        if v is not None:
+            v.uses.append((self, index))
+        self._inputs[index] = v
+
+    def subgraphs(self) -> Iterator[Graph]:
+        for a in self.attributes.values():
+            if a.type == AttrType.GRAPH:
+                yield a.value
+            elif a.type == AttrType.GRAPHS:
+                yield from a.value
+
+    def __repr__(self) -> str:
+        return f"Node({self.op_type}, {self.name!r})"
+
+
+class Graph:
+    """A graph: inputs, outputs, constants and nodes in topological order."""
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+        self.initializers: dict[str, Value] = {}         # values whose `const` is a Tensor
+        self.sparse_initializers: dict[str, Value] = {}  # values whose `const` is a SparseTensor
+        self.nodes: list[Node] = []
+        # Values with a stated type that are neither inputs, outputs nor constants, in source order.
+        self.value_info: dict[str, Value] = {}
+        self.doc_string = ""
+        self.metadata_props: dict[str, str] = {}
+
+    def walk(self) -> Iterator[Node]:
+        """Every node of this graph and its subgraphs, depth first."""
+        for n in self.nodes:
+            yield n
+            for g in n.subgraphs():
+                yield from g.walk()
+
+    def graphs(self) -> Iterator[Graph]:
+        """This graph and every subgraph."""
+        yield self
+        for n in self.nodes:
+            for g in n.subgraphs():
+                yield from g.graphs()
+
+
+@dataclass
+class Function:
+    """A model-local function (ONNX FunctionProto); its body is a Graph without types."""
+
+    name: str
+    domain: str
+    body: Graph
+    attributes: list[str] = field(default_factory=list)
+    attribute_defaults: list[Attribute] = field(default_factory=list)
+    opset_imports: dict[str, int] = field(default_factory=dict)
+    overload: str = ""
+    doc_string: str = ""
+    metadata_props: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Model:
+    graph: Graph
+    opset_imports: dict[str, int] = field(default_factory=dict)
+    ir_version: int = 10
+    producer_name: str = ""
+    producer_version: str = ""
+    domain: str = ""
+    model_version: int = 0
+    doc_string: str = ""
+    functions: list[Function] = field(default_factory=list)
+    metadata_props: dict[str, str] = field(default_factory=dict)
+
+    def all_graphs(self) -> Iterator[Graph]:
+        yield from self.graph.graphs()
+        for f in self.functions:
+            yield from f.body.graphs()
+
+    def tensors(self) -> Iterator[Tensor]:
+        """Every constant tensor of the model: initializers and tensor-valued attributes."""
+        for g in self.all_graphs():
+            for v in g.initializers.values():
+                yield v.const
+            for v in g.sparse_initializers.values():
+                yield v.const.values
+                yield v.const.indices
+            for n in g.nodes:
+                for a in n.attributes.values():
+                    yield from _attr_tensors(a)
+        for f in self.functions:
+            for a in f.attribute_defaults:
+                yield from _attr_tensors(a)
+
+
+def _attr_tensors(a: Attribute) -> Iterator[Tensor]:
+    if a.type == AttrType.TENSOR:
+        yield a.value
+    elif a.type == AttrType.TENSORS:
+        yield from a.value
+    elif a.type == AttrType.SPARSE_TENSOR:
+        yield a.value.values
+        yield a.value.indices
+    elif a.type == AttrType.SPARSE_TENSORS:
+        for s in a.value:
+            yield s.values
+            yield s.indices

@@ -1,0 +1,430 @@
+"""IR -> .mcpir: the FlatBuffer of descriptors, then the aligned data section of weights."""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import flatbuffers
+import numpy as np
+
+from ..ir.dims import Dim, ShapeExpr
+from ..ir.graph import Attribute, AttrType, Function, Graph, Model, Node, Value
+from ..ir.tensor import SparseTensor, Tensor
+from ..ir.types import MapType, NoType, OptionalType, SequenceType, TensorType, Type
+from ..ir_schema import FILE_IDENTIFIER, SCHEMA_VERSION
+from ..ir_schema import mcp_ir_generated as fb
+
+_EXPR_OPS = {"add": fb.ExprOp.ADD, "sub": fb.ExprOp.SUB, "mul": fb.ExprOp.MUL,
+             "floor_div": fb.ExprOp.FLOOR_DIV, "ceil_div": fb.ExprOp.CEIL_DIV,
+             "mod": fb.ExprOp.MOD, "max": fb.ExprOp.MAX, "min": fb.ExprOp.MIN}
+
+# Weights are copied into the file in chunks of this size, never as one big bytes object.
+_COPY_CHUNK = 16 << 20
+
+
+@dataclass(frozen=True)
+class WriteStats:
+    path: Path
+    file_bytes: int
+    header_bytes: int
+    data_bytes: int
+    tensors: int
+
+
+def align_up(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def write_mcpir(model: Model, path: str | os.PathLike, *, alignment: int = 64) -> WriteStats:
+    """Write `model` to `path` atomically (temp file in the same folder, then os.replace)."""
+    if alignment < 64 or alignment & (alignment - 1):
+        raise ValueError("alignment must be a power of two >= 64")
+    path = Path(path)
+    enc = _Encoder(alignment)
+    header = enc.model(model)
+    data_start = align_up(len(header), alignment)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(header)
+            f.write(b"\0" * (data_start - len(header)))
+            pos = 0
+            for offset, t in enc.placed:
+                if offset > pos:
+                    f.write(b"\0" * (offset - pos))
+                raw = t.raw
+                for i in range(0, len(raw), _COPY_CHUNK):
+                    f.write(raw[i:i + _COPY_CHUNK])
+                pos = offset + len(raw)
+            if enc.data_length > pos:
+                f.write(b"\0" * (enc.data_length - pos))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return WriteStats(path, data_start + enc.data_length, len(header), enc.data_length, len(enc.placed))
+
+
+def to_bytes(model: Model, *, alignment: int = 64) -> bytes:
+    """The whole .mcpir file in memory (for tests and small models)."""
+    enc = _Encoder(alignment)
+    header = enc.model(model)
+    out = bytearray(header)
+    out += b"\0" * (align_up(len(header), alignment) - len(header))
+    base = len(out)
+    out += b"\0" * enc.data_length
+    for offset, t in enc.placed:
+        out[base + offset: base + offset + t.nbytes] = t.raw
+    return bytes(out)
+
+
+class _Encoder:
+    """Builds the FlatBuffer bottom-up; assigns each tensor its place in the data section."""
+
+    def __init__(self, alignment: int) -> None:
+        self.b = flatbuffers.Builder(1024)
+        self.alignment = alignment
+        self.placed: list[tuple[int, Tensor]] = []
+        self.data_length = 0
+        self.symbols: dict[str, int] = {}
+
+    # -- helpers ------------------------------------------------------------------------------
+    def s(self, text: str | None) -> int:
+        return self.b.CreateString(text) if text else 0
+
+    def vec(self, offsets: list[int]) -> int:
+        self.b.StartVector(4, len(offsets), 4)
+        for o in reversed(offsets):
+            self.b.PrependUOffsetTRelative(o)
+        return self.b.EndVector()
+
+    def strings(self, items) -> int:  # noqa: ANN001
+        return self.vec([self.b.CreateString(x) for x in items])
+
+    def i64s(self, xs) -> int:  # noqa: ANN001
+        return self.b.CreateNumpyVector(np.asarray(list(xs), dtype="<i8"))
+
+    def props(self, d: dict[str, str]) -> int:
+        if not d:
+            return 0
+        items = []
+        for k, v in d.items():
+            ko, vo = self.b.CreateString(k), self.s(v)
+            fb.KeyValueStart(self.b)
+            fb.KeyValueAddKey(self.b, ko)
+            if vo:
+                fb.KeyValueAddValue(self.b, vo)
+            items.append(fb.KeyValueEnd(self.b))
+        return self.vec(items)
+
+    def bytes_vec(self, items: list[bytes]) -> int:
+        objs = []
+        for x in items:
+            d = self.b.CreateByteVector(bytes(x))
+            fb.BytesStart(self.b)
+            fb.BytesAddData(self.b, d)
+            objs.append(fb.BytesEnd(self.b))
+        return self.vec(objs)
+
+    # -- model --------------------------------------------------------------------------------
+    def model(self, m: Model) -> bytes:
+        b = self.b
+        graph = self.graph(m.graph)
+        funcs = self.vec([self.function(f) for f in m.functions])
+        opsets = self.opsets(m.opset_imports)
+        props = self.props(m.metadata_props)
+        syms = []
+        for name in self.symbols:
+            no = b.CreateString(name)
+            fb.SymbolStart(b)
+            fb.SymbolAddName(b, no)
+            syms.append(fb.SymbolEnd(b))
+        syms_vec = self.vec(syms)
+        strs = [self.s(x) for x in (m.producer_name, m.producer_version, m.domain, m.doc_string)]
+        fb.ModelStart(b)
+        fb.ModelAddSchemaVersion(b, fb.CreateSchemaVersion(b, *SCHEMA_VERSION))
+        fb.ModelAddIrVersion(b, m.ir_version)
+        for add, o in zip((fb.ModelAddProducerName, fb.ModelAddProducerVersion, fb.ModelAddDomain,
+                           fb.ModelAddDocString), strs):
+            if o:
+                add(b, o)
+        fb.ModelAddModelVersion(b, m.model_version)
+        fb.ModelAddOpsetImports(b, opsets)
+        fb.ModelAddGraph(b, graph)
+        fb.ModelAddFunctions(b, funcs)
+        if props:
+            fb.ModelAddMetadataProps(b, props)
+        fb.ModelAddSymbols(b, syms_vec)
+        fb.ModelAddDataAlignment(b, self.alignment)
+        fb.ModelAddDataLength(b, self.data_length)
+        b.FinishSizePrefixed(fb.ModelEnd(b), FILE_IDENTIFIER)
+        return bytes(b.Output())
+
+    def opsets(self, opsets: dict[str, int]) -> int:
+        items = []
+        for dom, ver in opsets.items():
+            do = self.s(dom)
+            fb.OperatorSetIdStart(self.b)
+            if do:
+                fb.OperatorSetIdAddDomain(self.b, do)
+            fb.OperatorSetIdAddVersion(self.b, ver)
+            items.append(fb.OperatorSetIdEnd(self.b))
+        return self.vec(items)
+
+    def function(self, f: Function) -> int:
+        b = self.b
+        name, dom, ovl, doc = (self.s(x) for x in (f.name, f.domain, f.overload, f.doc_string))
+        ins = self.strings(v.name for v in f.body.inputs)
+        outs = self.strings(v.name for v in f.body.outputs)
+        attrs = self.strings(f.attributes)
+        defaults = self.vec([self.attribute(a) for a in f.attribute_defaults])
+        nodes = self.vec([self.node(n) for n in f.body.nodes])
+        opsets = self.opsets(f.opset_imports)
+        vinfo = self.vec([self.value(v) for v in f.body.value_info.values()])
+        props = self.props(f.metadata_props)
+        fb.FunctionStart(b)
+        fb.FunctionAddName(b, name)
+        for add, o in ((fb.FunctionAddDomain, dom), (fb.FunctionAddOverload, ovl),
+                       (fb.FunctionAddDocString, doc), (fb.FunctionAddMetadataProps, props)):
+            if o:
+                add(b, o)
+        fb.FunctionAddInputs(b, ins)
+        fb.FunctionAddOutputs(b, outs)
+        fb.FunctionAddAttributes(b, attrs)
+        fb.FunctionAddAttributeProtos(b, defaults)
+        fb.FunctionAddNodes(b, nodes)
+        fb.FunctionAddOpsetImports(b, opsets)
+        fb.FunctionAddValueInfo(b, vinfo)
+        return fb.FunctionEnd(b)
+
+    # -- graphs -------------------------------------------------------------------------------
+    def graph(self, g: Graph) -> int:
+        b = self.b
+        name, doc = self.s(g.name), self.s(g.doc_string)
+        inputs = self.vec([self.value(v) for v in g.inputs])
+        inits = self.vec([self.tensor(v.const) for v in g.initializers.values()])
+        sparse = self.vec([self.sparse(v.const) for v in g.sparse_initializers.values()])
+        nodes = self.vec([self.node(n) for n in g.nodes])
+        outputs = self.vec([self.value(v) for v in g.outputs])
+        vinfo = self.vec([self.value(v) for v in g.value_info.values()])
+        props = self.props(g.metadata_props)
+        fb.GraphStart(b)
+        if name:
+            fb.GraphAddName(b, name)
+        fb.GraphAddNodes(b, nodes)
+        fb.GraphAddInputs(b, inputs)
+        fb.GraphAddOutputs(b, outputs)
+        fb.GraphAddInitializers(b, inits)
+        fb.GraphAddSparseInitializers(b, sparse)
+        fb.GraphAddValueInfo(b, vinfo)
+        if doc:
+            fb.GraphAddDocString(b, doc)
+        if props:
+            fb.GraphAddMetadataProps(b, props)
+        return fb.GraphEnd(b)
+
+    def node(self, n: Node) -> int:
+        b = self.b
+        attrs = self.vec([self.attribute(a) for a in n.attributes.values()])
+        name, op, dom, ovl, doc = (self.s(x) for x in (n.name, n.op_type, n.domain, n.overload,
+                                                        n.doc_string))
+        op = op or b.CreateString("")
+        ins = self.strings("" if v is None else v.name for v in n.inputs)
+        outs = self.strings(v.name for v in n.outputs)
+        props = self.props(n.metadata_props)
+        fb.NodeStart(b)
+        fb.NodeAddOpType(b, op)
+        for add, o in ((fb.NodeAddName, name), (fb.NodeAddDomain, dom), (fb.NodeAddOverload, ovl),
+                       (fb.NodeAddDocString, doc), (fb.NodeAddMetadataProps, props)):
+            if o:
+                add(b, o)
+        fb.NodeAddInputs(b, ins)
+        fb.NodeAddOutputs(b, outs)
+        fb.NodeAddAttributes(b, attrs)
+        return fb.NodeEnd(b)
+
+    def value(self, v: Value) -> int:
+        b = self.b
+        name = b.CreateString(v.name)
+        typ = self.type(v.type) if v.type is not None else 0
+        doc = self.s(v.doc_string)
+        props = self.props(v.metadata_props)
+        fb.ValueStart(b)
+        fb.ValueAddName(b, name)
+        if typ:
+            fb.ValueAddType(b, typ)
+        fb.ValueAddLayout(b, int(v.layout))
+        if doc:
+            fb.ValueAddDocString(b, doc)
+        if props:
+            fb.ValueAddMetadataProps(b, props)
+        return fb.ValueEnd(b)
+
+    # -- types and dims -----------------------------------------------------------------------
+    def type(self, t: Type) -> int:
+        b = self.b
+        den = self.s(t.denotation)
+        dims = value_type = 0
+        if isinstance(t, TensorType) and t.shape is not None:
+            denots = t.dim_denotations or ("",) * len(t.shape)
+            dims = self.vec([self.dim(d, dn) for d, dn in zip(t.shape, denots)])
+        elif isinstance(t, (SequenceType, OptionalType)) and t.elem is not None:
+            value_type = self.type(t.elem)
+        elif isinstance(t, MapType) and t.value is not None:
+            value_type = self.type(t.value)
+        fb.TypeStart(b)
+        if isinstance(t, TensorType):
+            fb.TypeAddKind(b, fb.TypeKind.SPARSE_TENSOR if t.sparse else fb.TypeKind.TENSOR)
+            fb.TypeAddElemType(b, int(t.elem_type))
+            fb.TypeAddHasShape(b, t.shape is not None)
+            if dims:
+                fb.TypeAddDims(b, dims)
+        elif isinstance(t, SequenceType):
+            fb.TypeAddKind(b, fb.TypeKind.SEQUENCE)
+        elif isinstance(t, OptionalType):
+            fb.TypeAddKind(b, fb.TypeKind.OPTIONAL)
+        elif isinstance(t, MapType):
+            fb.TypeAddKind(b, fb.TypeKind.MAP)
+            fb.TypeAddKeyType(b, int(t.key_type))
+        else:
+            assert isinstance(t, NoType)
+            fb.TypeAddKind(b, fb.TypeKind.NONE)
+        if value_type:
+            fb.TypeAddValueType(b, value_type)
+        if den:
+            fb.TypeAddDenotation(b, den)
+        return fb.TypeEnd(b)
+
+    def symbol(self, name: str) -> int:
+        return self.symbols.setdefault(name, len(self.symbols))
+
+    def dim(self, d: Dim, denotation: str) -> int:
+        b = self.b
+        expr = self.expr(d) if isinstance(d, ShapeExpr) else 0
+        den = self.s(denotation)
+        fb.DimStart(b)
+        if d is None:
+            fb.DimAddKind(b, fb.DimKind.UNKNOWN)
+        elif isinstance(d, int):
+            fb.DimAddKind(b, fb.DimKind.CONSTANT)
+            fb.DimAddValue(b, d)
+        elif isinstance(d, str):
+            fb.DimAddKind(b, fb.DimKind.SYMBOL)
+            fb.DimAddSymbol(b, self.symbol(d))
+        else:
+            fb.DimAddKind(b, fb.DimKind.EXPR)
+            fb.DimAddExpr(b, expr)
+        if den:
+            fb.DimAddDenotation(b, den)
+        return fb.DimEnd(b)
+
+    def expr(self, d: Dim) -> int:
+        b = self.b
+        if isinstance(d, ShapeExpr):
+            lhs, rhs = self.expr(d.lhs), self.expr(d.rhs)
+            fb.ShapeExprStart(b)
+            fb.ShapeExprAddOp(b, _EXPR_OPS[d.op])
+            fb.ShapeExprAddLhs(b, lhs)
+            fb.ShapeExprAddRhs(b, rhs)
+            return fb.ShapeExprEnd(b)
+        fb.ShapeExprStart(b)
+        if isinstance(d, str):
+            fb.ShapeExprAddOp(b, fb.ExprOp.SYMBOL)
+            fb.ShapeExprAddSymbol(b, self.symbol(d))
+        else:
+            fb.ShapeExprAddOp(b, fb.ExprOp.CONST)
+            fb.ShapeExprAddValue(b, int(d))
+        return fb.ShapeExprEnd(b)
+
+    # -- tensors and attributes ---------------------------------------------------------------
+    def tensor(self, t: Tensor) -> int:
+        b = self.b
+        name, doc = self.s(t.name), self.s(t.doc_string)
+        dims = self.i64s(t.dims)
+        strings = self.bytes_vec(t.string_data) if t.string_data is not None else 0
+        props = self.props(t.metadata_props)
+        offset = length = 0
+        if t.string_data is None:
+            length = t.nbytes
+            offset = align_up(self.data_length, self.alignment)
+            self.placed.append((offset, t))
+            self.data_length = offset + length
+        fb.TensorStart(b)
+        if name:
+            fb.TensorAddName(b, name)
+        fb.TensorAddDtype(b, int(t.dtype))
+        fb.TensorAddDims(b, dims)
+        fb.TensorAddOffset(b, offset)
+        fb.TensorAddLength(b, length)
+        if strings:
+            fb.TensorAddStringData(b, strings)
+        if doc:
+            fb.TensorAddDocString(b, doc)
+        if props:
+            fb.TensorAddMetadataProps(b, props)
+        return fb.TensorEnd(b)
+
+    def sparse(self, s: SparseTensor) -> int:
+        values, indices = self.tensor(s.values), self.tensor(s.indices)
+        dims = self.i64s(s.dims)
+        fb.SparseTensorStart(self.b)
+        fb.SparseTensorAddValues(self.b, values)
+        fb.SparseTensorAddIndices(self.b, indices)
+        fb.SparseTensorAddDims(self.b, dims)
+        return fb.SparseTensorEnd(self.b)
+
+    def attribute(self, a: Attribute) -> int:
+        b = self.b
+        k, v = a.type, a.value
+        name, ref, doc = b.CreateString(a.name), self.s(a.ref_attr_name), self.s(a.doc_string)
+        payload: list[tuple] = []
+        if not a.ref_attr_name:
+            if k == AttrType.FLOAT:
+                payload.append((fb.AttributeAddF, v))
+            elif k == AttrType.INT:
+                payload.append((fb.AttributeAddI, v))
+            elif k == AttrType.STRING:
+                payload.append((fb.AttributeAddS, b.CreateByteVector(bytes(v))))
+            elif k == AttrType.TENSOR:
+                payload.append((fb.AttributeAddT, self.tensor(v)))
+            elif k == AttrType.GRAPH:
+                payload.append((fb.AttributeAddG, self.graph(v)))
+            elif k == AttrType.FLOATS:
+                payload.append((fb.AttributeAddFloats, b.CreateNumpyVector(np.asarray(v, dtype="<f4"))))
+            elif k == AttrType.INTS:
+                payload.append((fb.AttributeAddInts, self.i64s(v)))
+            elif k == AttrType.STRINGS:
+                payload.append((fb.AttributeAddStrings, self.bytes_vec(v)))
+            elif k == AttrType.TENSORS:
+                payload.append((fb.AttributeAddTensors, self.vec([self.tensor(t) for t in v])))
+            elif k == AttrType.GRAPHS:
+                payload.append((fb.AttributeAddGraphs, self.vec([self.graph(g) for g in v])))
+            elif k == AttrType.SPARSE_TENSOR:
+                payload.append((fb.AttributeAddSparseTensor, self.sparse(v)))
+            elif k == AttrType.SPARSE_TENSORS:
+                payload.append((fb.AttributeAddSparseTensors, self.vec([self.sparse(s) for s in v])))
+            elif k == AttrType.TYPE_PROTO:
+                payload.append((fb.AttributeAddTp, self.type(v)))
+            elif k == AttrType.TYPE_PROTOS:
+                payload.append((fb.AttributeAddTypeProtos, self.vec([self.type(t) for t in v])))
+        fb.AttributeStart(b)
+        fb.AttributeAddName(b, name)
+        fb.AttributeAddType(b, int(k))
+        if ref:
+            fb.AttributeAddRefAttrName(b, ref)
+        if doc:
+            fb.AttributeAddDocString(b, doc)
+        for add, x in payload:
+            add(b, x)
+        return fb.AttributeEnd(b)
+
+
+# The size prefix FlatBuffers writes before the root offset.
+SIZE_PREFIX = struct.Struct("<I")

@@ -1,0 +1,100 @@
+"""Rendering for the CLI: rich tables on a terminal, plain lines otherwise, JSON with --json."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .api import ConvertReport
+from .ir.dims import format_shape
+from .summary import ModelSummary
+
+
+class Reporter:
+    """The one place the CLI writes to the user: results to stdout, errors to stderr."""
+
+    def __init__(self, *, json_mode: bool = False) -> None:
+        self.json_mode = json_mode
+        self.out = Console(soft_wrap=True, highlight=False)
+        self.err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+    @property
+    def rich(self) -> bool:
+        return self.out.is_terminal and not self.json_mode
+
+    def json(self, payload: Any) -> None:
+        sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+
+    def error(self, message: str) -> None:
+        if self.json_mode:
+            self.json({"ok": False, "error": message})
+        self.err.print(f"error: {message}", markup=False)
+
+    def warning(self, message: str) -> None:
+        self.err.print(f"warning: {message}", markup=False)
+
+    def status(self, message: str):  # noqa: ANN201 - a context manager
+        """A spinner on a terminal; nothing otherwise (CI logs stay clean)."""
+        if self.err.is_terminal and not self.json_mode:
+            return self.err.status(message)
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    # -- convert ------------------------------------------------------------------------------
+    def converted(self, r: ConvertReport) -> None:
+        if self.json_mode:
+            self.json({"ok": True, **r.to_dict()})
+            return
+        for w in r.warnings:
+            self.warning(w)
+        secs = sum(r.seconds.values())
+        self.out.print(f"wrote {r.output}: {r.nodes} nodes, {r.weights} weights "
+                       f"({_mb(r.weight_bytes)}), {_mb(r.output_bytes)} on disk, {secs:.2f} s",
+                       markup=False)
+
+    # -- inspect ------------------------------------------------------------------------------
+    def summary(self, s: ModelSummary, path: str) -> None:
+        if self.json_mode:
+            self.json({"ok": True, "path": path, **s.to_dict()})
+            return
+        opsets = ", ".join(f"{d or 'ai.onnx'}:{v}" for d, v in s.opsets.items())
+        head = [f"{path} ({s.format}, ir_version {s.ir_version}, producer {s.producer or '-'})",
+                f"opsets: {opsets}",
+                f"nodes: {s.nodes} (in {s.subgraphs} subgraphs too)" if s.subgraphs else f"nodes: {s.nodes}",
+                f"weights: {s.weights} tensors, {_mb(s.weight_bytes)} "
+                + "(" + ", ".join(f"{k} {_mb(v)}" for k, v in s.weight_bytes_by_dtype.items()) + ")",
+                f"symbols: {', '.join(s.symbols) or '-'}"]
+        if s.functions:
+            head.append(f"functions: {', '.join(s.functions)}")
+        for line in head:
+            self.out.print(line, markup=False)
+        for title, vals in (("inputs", s.inputs), ("outputs", s.outputs)):
+            if self.rich:
+                t = Table(title=title, title_justify="left")
+                for c in ("name", "dtype", "shape", "layout"):
+                    t.add_column(c)
+                for v in vals:
+                    t.add_row(v.name, v.dtype or v.type, _shape(v.shape), v.layout)
+                self.out.print(t)
+            else:
+                self.out.print(f"{title}:", markup=False)
+                for v in vals:
+                    self.out.print(f"  {v.name}: {v.dtype or v.type} {_shape(v.shape)} layout={v.layout}",
+                                   markup=False)
+        ops = ", ".join(f"{k} {n}" for k, n in s.op_histogram.items())
+        self.out.print(f"ops: {ops}", markup=False)
+
+
+def _shape(shape: list | None) -> str:
+    return format_shape(None if shape is None else tuple(shape))
+
+
+def _mb(n: int) -> str:
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / (1024 * 1024):.1f} MiB"

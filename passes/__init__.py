@@ -1,0 +1,1 @@
+"""Pass framework and passes (installed as mcp_compiler.passes)."""

@@ -1,0 +1,1 @@
+"""Targets (installed as mcp_compiler.targets)."""

@@ -1,0 +1,59 @@
+"""Test helpers: where the real models are, and small functions to build and run models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "golden_models"
+ZOO = REPO.parent / "shared" / "zoo"
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+# Input sizes rapidocr uses (det needs multiples of 32).
+ZOO_INPUTS = {
+    "ch_PP-OCRv4_det_infer.onnx": (1, 3, 64, 96),
+    "ch_PP-OCRv4_rec_infer.onnx": (1, 3, 48, 320),
+    "ch_ppocr_mobile_v2.0_cls_infer.onnx": (1, 3, 48, 192),
+}
+
+
+def zoo_models() -> list[Path]:
+    return sorted((ZOO / "rapidocr").glob("*.onnx")) if ZOO.exists() else []
+
+
+def light_models() -> list[Path]:
+    return sorted(LIGHT.glob("*.onnx"))
+
+
+def golden_dirs() -> list[Path]:
+    return sorted(p for p in GOLDEN.iterdir() if (p / "model.onnx").exists())
+
+
+def ort_run(model: onnx.ModelProto | str | Path, feeds: dict) -> list[np.ndarray]:
+    src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def random_feeds(model: onnx.ModelProto, dims: dict[str, int] | None = None, seed: int = 0) -> dict:
+    """Inputs for every graph input, symbolic dims taken from `dims` (default 2)."""
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else (dims or {}).get(d.dim_param, 2)
+                 for d in tt.shape.dim]
+        dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dt, np.floating):
+            feeds[vi.name] = rng.standard_normal(shape).astype(dt)
+        else:
+            feeds[vi.name] = rng.integers(0, 3, shape).astype(dt)
+    return feeds

@@ -1,0 +1,104 @@
+"""The command line as a user runs it: exit codes, --json, --version, help, atomic outputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from typer.testing import CliRunner
+
+from mcp_compiler import __version__
+from mcp_compiler.cli import app
+from mcp_compiler.lower import to_onnx
+from mcp_compiler.mcpir import read_mcpir
+
+from _helpers import GOLDEN, ort_run
+
+runner = CliRunner()
+MLP = GOLDEN / "mlp" / "model.onnx"
+
+
+def test_version():
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"mcp-cli {__version__}"
+
+
+def test_help_lists_commands_and_exit_codes():
+    r = runner.invoke(app, ["--help"])
+    assert r.exit_code == 0
+    for word in ("convert", "inspect", "Exit codes"):
+        assert word in r.output
+
+
+def test_convert_then_inspect(tmp_path):
+    out = tmp_path / "mlp.mcpir"
+    r = runner.invoke(app, ["convert", "--input", str(MLP), "--output", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "wrote" in r.output and out.exists()
+    inputs = dict(np.load(GOLDEN / "mlp" / "inputs.npz"))
+    np.testing.assert_array_equal(ort_run(MLP, inputs)[0], ort_run(to_onnx(read_mcpir(out)), inputs)[0])
+    r = runner.invoke(app, ["inspect", str(out)])
+    assert r.exit_code == 0
+    assert "x: float [N, 16]" in r.output and "Gemm 1" in r.output and "symbols: N" in r.output
+
+
+def test_json_outputs(tmp_path):
+    out = tmp_path / "mlp.mcpir"
+    r = runner.invoke(app, ["convert", "-i", str(MLP), "-o", str(out), "--json"])
+    rep = json.loads(r.output)
+    assert rep["ok"] and rep["nodes"] == 5 and rep["weights"] == 4
+    assert rep["weight_bytes"] == 4 * (32 * 16 + 32 + 32 * 10 + 10)
+    for src, fmt in ((MLP, "onnx"), (out, "mcpir")):
+        s = json.loads(runner.invoke(app, ["inspect", str(src), "--json"]).output)
+        assert s["format"] == fmt
+        assert s["inputs"] == [{"name": "x", "type": "tensor(float[N,16])", "layout": "NONE",
+                                "dtype": "float", "shape": ["N", 16]}]
+        assert s["op_histogram"] == {"Gemm": 1, "Relu": 1, "MatMul": 1, "Add": 1, "Softmax": 1}
+        assert s["weight_bytes_by_dtype"] == {"float": rep["weight_bytes"]}
+        assert s["opsets"] == {"": 17}
+
+
+def test_json_error(tmp_path):
+    r = runner.invoke(app, ["inspect", str(tmp_path / "nope.onnx"), "--json"])
+    assert r.exit_code == 2
+    assert json.loads(r.stdout)["ok"] is False
+
+
+def test_usage_errors_exit_2(tmp_path):
+    assert runner.invoke(app, ["convert", "--input", str(MLP)]).exit_code == 2  # no --output
+    assert runner.invoke(app, ["frobnicate"]).exit_code == 2
+    r = runner.invoke(app, ["convert", "-i", str(MLP), "-o", str(tmp_path / "x.onnx")])
+    assert r.exit_code == 2 and "expected a .mcpir file" in r.output
+    r = runner.invoke(app, ["convert", "-i", str(MLP), "-o", str(tmp_path / "no" / "x.mcpir")])
+    assert r.exit_code == 2 and "does not exist" in r.output
+
+
+def test_overwrite_is_atomic(tmp_path):
+    out = tmp_path / "m.mcpir"
+    assert runner.invoke(app, ["convert", "-i", str(MLP), "-o", str(out)]).exit_code == 0
+    before = out.read_bytes()
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07garbage")
+    assert runner.invoke(app, ["convert", "-i", str(bad), "-o", str(out)]).exit_code == 2
+    assert out.read_bytes() == before  # the failed convert did not touch the old output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.onnx", "m.mcpir"]
+
+
+def test_console_script_runs(tmp_path):
+    # The installed entry point, in a fresh process: what a user types.
+    exe = [sys.executable, "-m", "mcp_compiler.cli"]
+    r = subprocess.run([*exe, "convert", "-i", str(MLP), "-o", str(tmp_path / "m.mcpir")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([*exe, "inspect", str(tmp_path / "nothing.onnx")], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+
+
+def test_deterministic_output(tmp_path):
+    for name in ("a", "b"):
+        assert runner.invoke(app, ["convert", "-i", str(MLP), "-o", str(tmp_path / f"{name}.mcpir")]).exit_code == 0
+    assert (tmp_path / "a.mcpir").read_bytes() == (tmp_path / "b.mcpir").read_bytes()
+    assert onnx.load(MLP)  # the input is untouched and still loads
