@@ -180,6 +180,10 @@ class _ExternalData:
                       f"{list(t.dims)} of {DataType(t.data_type).name} need {expected}")
         self.files.setdefault(real, None)
 
+    def source(self, t: onnx.TensorProto) -> tuple[str, int]:
+        real, offset, _ = self.resolve(t)
+        return str(real), offset
+
     def view(self, t: onnx.TensorProto) -> memoryview:
         real, offset, length = self.resolve(t)
         m = self.files.get(real)
@@ -346,8 +350,10 @@ class _Importer:
                     None, f"tensor {t.name!r}: {len(t.string_data)} strings for dims {list(t.dims)}")
             return Tensor(t.name, dt, t.dims, string_data=list(t.string_data),
                           doc_string=t.doc_string, metadata_props=props)
+        source = None
         if t.data_location == onnx.TensorProto.EXTERNAL:
             raw: memoryview | bytes = self.ext.view(t)
+            source = self.ext.source(t)
         elif t.HasField("raw_data"):
             raw = t.raw_data
         else:
@@ -360,7 +366,9 @@ class _Importer:
             raise InvalidModelError(
                 None, f"tensor {t.name!r}: holds {len(raw)} bytes, dims {list(t.dims)} of "
                       f"{dt.name} need {expected}")
-        return Tensor(t.name, dt, t.dims, raw, doc_string=t.doc_string, metadata_props=props)
+        tensor = Tensor(t.name, dt, t.dims, raw, doc_string=t.doc_string, metadata_props=props)
+        tensor.source = source
+        return tensor
 
     def sparse(self, s: onnx.SparseTensorProto) -> SparseTensor:
         return SparseTensor(self.tensor(s.values), self.tensor(s.indices), tuple(s.dims))

@@ -22,7 +22,8 @@ class Tensor:
     external-data file.
     """
 
-    __slots__ = ("name", "dtype", "dims", "_raw", "string_data", "doc_string", "metadata_props")
+    __slots__ = ("name", "dtype", "dims", "_raw", "string_data", "doc_string", "metadata_props",
+                 "source")
 
     def __init__(self, name: str, dtype: DataType | int, dims: Sequence[int], raw: Buffer | None = None,
                  *, string_data: Sequence[bytes] | None = None, doc_string: str = "",
@@ -41,6 +42,9 @@ class Tensor:
         self._raw = raw if raw is not None else (b"" if self.dtype != DataType.STRING else None)
         self.doc_string = doc_string
         self.metadata_props = dict(metadata_props or {})
+        # (file, byte offset) the raw bytes are a view of, when they come straight from a file:
+        # lets writers copy them in the kernel (copy_file_range) instead of through memory.
+        self.source: tuple[str, int] | None = None
 
     @classmethod
     def from_numpy(cls, name: str, array: np.ndarray, dtype: DataType | None = None) -> Tensor:

@@ -44,10 +44,10 @@ def read_mcpir(path: str | os.PathLike) -> Model:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as e:
         raise InvalidModelError(path, f"cannot read: {e.strerror}") from None
-    return from_buffer(memoryview(mm), path=path)
+    return from_buffer(memoryview(mm), path=path, file_backed=True)
 
 
-def from_buffer(buf: bytes | memoryview, *, path: object = None) -> Model:
+def from_buffer(buf: bytes | memoryview, *, path: object = None, file_backed: bool = False) -> Model:
     """Build the IR from a whole `.mcpir` file's bytes (a memoryview of an mmap keeps it lazy)."""
     buf = memoryview(buf).cast("B") if not isinstance(buf, bytes) else memoryview(buf)
     size = len(buf)
@@ -75,6 +75,8 @@ def from_buffer(buf: bytes | memoryview, *, path: object = None) -> Model:
             path, f"corrupt MCP-IR: data section [{start}, {start + length}) runs past the end of "
                   f"the file ({size} bytes; truncated?)")
     dec = _Decoder(buf[start:start + length], align, path)
+    if file_backed:
+        dec.source = (str(path), start)
     try:
         model = dec.model(root)
     except InvalidModelError as e:
@@ -94,6 +96,7 @@ class _Decoder:
         self.path = path
         self.symbols: list[str] = []
         self.extents: list[tuple[int, int, str]] = []
+        self.source: tuple[str, int] | None = None   # (file, data section start) when mapped
 
     def bad(self, msg: str) -> InvalidModelError:
         return InvalidModelError(self.path, f"corrupt MCP-IR: {msg}")
@@ -270,8 +273,11 @@ class _Decoder:
                            f"data section ({len(self.data)} bytes)")
         if length:
             self.extents.append((offset, length, name))
-        return Tensor(name, dt, dims, self.data[offset:offset + length], doc_string=doc,
-                      metadata_props=props)
+        tensor = Tensor(name, dt, dims, self.data[offset:offset + length], doc_string=doc,
+                        metadata_props=props)
+        if self.source is not None:
+            tensor.source = (self.source[0], self.source[1] + offset)
+        return tensor
 
     def check_overlaps(self) -> None:
         end, last = 0, ""

@@ -24,6 +24,8 @@ _EXPR_OPS = {"add": fb.ExprOp.ADD, "sub": fb.ExprOp.SUB, "mul": fb.ExprOp.MUL,
 
 # Weights are copied into the file in chunks of this size, never as one big bytes object.
 _COPY_CHUNK = 16 << 20
+# File-backed tensors at least this large are copied file to file in the kernel.
+_KERNEL_COPY_MIN = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -53,13 +55,18 @@ def write_mcpir(model: Model, path: str | os.PathLike, *, alignment: int = 64) -
             f.write(header)
             f.write(b"\0" * (data_start - len(header)))
             pos = 0
-            for offset, t in enc.placed:
-                if offset > pos:
-                    f.write(b"\0" * (offset - pos))
-                raw = t.raw
-                for i in range(0, len(raw), _COPY_CHUNK):
-                    f.write(raw[i:i + _COPY_CHUNK])
-                pos = offset + len(raw)
+            sources = _Sources()
+            try:
+                for offset, t in enc.placed:
+                    if offset > pos:
+                        f.write(b"\0" * (offset - pos))
+                    if not sources.copy(t, f):
+                        raw = t.raw
+                        for i in range(0, len(raw), _COPY_CHUNK):
+                            f.write(raw[i:i + _COPY_CHUNK])
+                    pos = offset + t.nbytes
+            finally:
+                sources.close()
             if enc.data_length > pos:
                 f.write(b"\0" * (enc.data_length - pos))
         os.replace(tmp, path)
@@ -70,6 +77,44 @@ def write_mcpir(model: Model, path: str | os.PathLike, *, alignment: int = 64) -
             pass
         raise
     return WriteStats(path, data_start + enc.data_length, len(header), enc.data_length, len(enc.placed))
+
+
+class _Sources:
+    """Copies file-backed tensors with os.copy_file_range: in the kernel, not through our memory."""
+
+    def __init__(self) -> None:
+        self.fds: dict[str, int] = {}
+        self.enabled = hasattr(os, "copy_file_range")
+
+    def copy(self, t: Tensor, out) -> bool:  # noqa: ANN001 - a binary file object
+        if not self.enabled or t.source is None or t.nbytes < _KERNEL_COPY_MIN:
+            return False
+        path, offset = t.source
+        n = t.nbytes
+        out.flush()
+        start = out.tell()
+        try:
+            fd = self.fds.get(path)
+            if fd is None:
+                fd = self.fds[path] = os.open(path, os.O_RDONLY)
+            done = 0
+            while done < n:
+                k = os.copy_file_range(fd, out.fileno(), n - done, offset + done)
+                if k <= 0:
+                    raise OSError(f"copy_file_range stopped at {done} of {n} bytes")
+                done += k
+        except OSError:
+            # Unsupported between these file systems, or the source changed: copy through memory.
+            self.enabled = False
+            out.seek(start)
+            out.truncate()
+            return False
+        out.seek(start + n)
+        return True
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
 
 
 def to_bytes(model: Model, *, alignment: int = 64) -> bytes:

@@ -1,0 +1,60 @@
+"""Run a command in a child process and report its wall time and peak RSS (os.wait4's rusage)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Run:
+    wall: float
+    rss_mb: float
+    rc: int
+
+
+TIME = "/usr/bin/time"
+
+
+def measure(cmd: list[str], env: dict | None = None) -> Run:
+    """Wall and peak RSS of `cmd`. The RSS comes from GNU time: a child forked from this (large)
+    Python process would inherit its high-water mark in os.wait4's rusage on Linux."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        t0 = time.perf_counter()
+        p = subprocess.run([TIME, "-f", "%M", "-o", tf.name, *cmd], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, env=env)
+        wall = time.perf_counter() - t0
+        lines = [ln for ln in open(tf.name).read().splitlines() if ln.strip()]
+    if p.returncode != 0:
+        print(f"command failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr.decode(errors='replace')}",
+              file=sys.stderr)
+    return Run(wall, int(lines[-1]) / 1024, p.returncode)
+
+
+def median_of(cmd: list[str], runs: int) -> tuple[float, float, list[Run]]:
+    rs = [measure(cmd) for _ in range(runs)]
+    return statistics.median(r.wall for r in rs), statistics.median(r.rss_mb for r in rs), rs
+
+
+def versions() -> dict[str, str]:
+    import flatbuffers
+    import numpy
+    import onnx
+    import onnxruntime
+
+    import mcp_compiler
+
+    return {"mcp-cli": mcp_compiler.__version__, "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__,
+            "flatbuffers": flatbuffers.__version__, "python": sys.version.split()[0]}
+
+
+def machine() -> str:
+    import platform
+
+    return f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"

@@ -1,0 +1,147 @@
+"""Convert time and peak RSS vs onnx.load+onnx.save and cp; cold load .mcpir vs .onnx.
+
+    python benchmarks/bench_convert.py [--runs 5] [--big-mb 1024] [--quick]
+
+Models: the zoo (../shared/zoo) and a generated MLP stack of about --big-mb MB of FP32 weights
+stored as ONNX external data. Each measurement is a fresh process (wall and peak RSS from
+os.wait4); the page cache is warm for every tool alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import machine, median_of, versions  # noqa: E402
+from _results import table, write_section  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ZOO = HERE.parent.parent / "shared" / "zoo" / "rapidocr"
+WORK = HERE / "work"
+PY = sys.executable
+MCP = [PY, "-m", "mcp_compiler.cli"]
+
+
+def make_big(path: Path, mb: int) -> int:
+    """An MLP stack of 4096x4096 FP32 layers (64 MiB each) with external data; returns weight bytes."""
+    if path.exists():
+        return sum(t.dims[0] * t.dims[1] * 4 for t in onnx.load(path, load_external_data=False).graph.initializer)
+    d = 2048 if mb < 256 else 4096
+    layers = max(1, mb * 1024 * 1024 // (d * d * 4))
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    prev = "x"
+    for i in range(layers):
+        w = (rng.standard_normal((d, d), dtype=np.float32) * (1 / np.sqrt(d))).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
+        nodes.append(helper.make_node("Relu", [f"h{i}"], [f"a{i}"]))
+        prev = f"a{i}"
+    g = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", d])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["N", d])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location=path.stem + ".data", size_threshold=1024)
+    return layers * d * d * 4
+
+
+def onnx_roundtrip_cmd(src: Path, dst: Path, external: bool) -> list[str]:
+    code = ("import onnx,sys; m=onnx.load(sys.argv[1]); "
+            + ("onnx.save(m, sys.argv[2], save_as_external_data=True, location='out.data')"
+               if external else "onnx.save(m, sys.argv[2])"))
+    return [PY, "-c", code, str(src), str(dst)]
+
+
+def bench_convert(models: list[tuple[str, Path, bool]], runs: int) -> list[list]:
+    rows = []
+    for name, src, external in models:
+        out_dir = WORK / f"out_{name}"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        files = [src] + ([src.with_name(src.stem + ".data")] if external else [])
+        cp_cmd = ["cp", *map(str, files), str(out_dir)]
+        mcp_cmd = [*MCP, "convert", "-i", str(src), "-o", str(out_dir / "m.mcpir")]
+        onnx_cmd = onnx_roundtrip_cmd(src, out_dir / "rt.onnx", external)
+        cp_w, cp_r, _ = median_of(cp_cmd, runs)
+        mcp_w, mcp_r, _ = median_of(mcp_cmd, runs)
+        ox_w, ox_r, _ = median_of(onnx_cmd, runs)
+        wbytes = _weight_bytes(src)
+        rows.append([name, f"{wbytes / 2**20:.1f}", f"{mcp_w:.2f}", f"{ox_w:.2f}", f"{cp_w:.2f}",
+                     f"{mcp_w / ox_w:.2f}", f"{mcp_w / cp_w:.1f}", f"{mcp_r:.0f}", f"{ox_r:.0f}",
+                     f"{mcp_r * 2**20 / wbytes:.2f}"])
+        print(rows[-1], flush=True)
+        shutil.rmtree(out_dir)
+    return rows
+
+
+def _weight_bytes(src: Path) -> int:
+    from mcp_compiler.frontend import load_onnx
+
+    return sum(t.nbytes for t in load_onnx(src, check=False, infer_shapes=False).model.tensors())
+
+
+def bench_cold(src: Path, runs: int) -> list[list]:
+    mcpir = WORK / "cold.mcpir"
+    subprocess.run([*MCP, "convert", "-i", str(src), "-o", str(mcpir)], check=True,
+                   stdout=subprocess.DEVNULL)
+    rows = []
+    times = {}
+    for kind, path in (("mcpir", mcpir), ("onnx", src)):
+        inner = [float(subprocess.run([PY, str(HERE / "_cold.py"), kind, str(path)], check=True,
+                                      capture_output=True, text=True).stdout) for _ in range(runs)]
+        whole, rss, _ = median_of([PY, str(HERE / "_cold.py"), kind, str(path)], runs)
+        times[kind] = statistics.median(inner)
+        rows.append([kind, f"{times[kind]:.3f}", f"{whole:.2f}", f"{rss:.0f}"])
+    rows.append(["ratio mcpir/onnx", f"{times['mcpir'] / times['onnx']:.2f}", "", ""])
+    mcpir.unlink()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--big-mb", type=int, default=1024)
+    ap.add_argument("--quick", action="store_true", help="2 runs, 64 MB model, no RESULTS.md")
+    args = ap.parse_args()
+    if args.quick:
+        args.runs, args.big_mb = 2, 64
+    WORK.mkdir(exist_ok=True)
+    big = WORK / f"big_{args.big_mb}mb.onnx"
+    make_big(big, args.big_mb)
+    models = [(p.stem, p, False) for p in sorted(ZOO.glob("*.onnx"))] + [(big.stem, big, True)]
+    conv = bench_convert(models, args.runs)
+    cold = bench_cold(big, args.runs)
+    body = "\n\n".join([
+        "## Convert: `mcp-cli convert --output x.mcpir` vs `onnx.load` + `onnx.save` vs `cp`",
+        f"Written by `python benchmarks/bench_convert.py --runs {args.runs} --big-mb {args.big_mb}`. "
+        f"Machine: {machine()}. Versions: "
+        + ", ".join(f"{k} {v}" for k, v in versions().items()) + ".",
+        "Wall seconds and peak RSS (MB) of the whole process, median of "
+        f"{args.runs}; `big_*` keeps its weights as ONNX external data (and onnx.save writes them as "
+        "external data again).",
+        table(["model", "weights MB", "mcp-cli s", "onnx load+save s", "cp s", "mcp/onnx",
+               "mcp/cp", "mcp RSS MB", "onnx RSS MB", "mcp RSS / weights"], conv),
+        "## Cold load: file on disk to onnxruntime session ready (" + big.stem + ")",
+        "`mcpir`: `read_mcpir` (mmap) + `create_session` (weights handed to onnxruntime as "
+        "OrtValues over the mapping, `add_external_initializers`); `onnx`: "
+        "`InferenceSession(model.onnx)` with its external data. In-process seconds after imports, "
+        f"and whole-process wall / peak RSS; medians of {args.runs}.",
+        table(["from", "load to ready s", "process wall s", "peak RSS MB"], cold),
+    ])
+    if args.quick:
+        print(body)
+    else:
+        write_section("convert", body)
+        print(body)
+
+
+if __name__ == "__main__":
+    main()
