@@ -6,6 +6,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import InvalidModelError, UsageError
 from .frontend import load_onnx
@@ -14,11 +15,20 @@ from .ir_schema import FILE_EXTENSION
 from .mcpir import is_mcpir, read_mcpir, write_mcpir
 from .summary import ModelSummary, summarize
 
+DEFAULT_REPOSITORY = "model_repository"
+
 
 @dataclass
 class ConvertOptions:
-    check: bool = True            # run onnx.checker on the input
-    infer_shapes: bool = True     # run ONNX shape inference before import
+    check: bool = True              # run onnx.checker on the input
+    infer_shapes: bool = True       # run ONNX shape inference before import
+    target: str | None = None       # None: write a .mcpir file
+    name: str | None = None         # model name in the repository (default: the file stem)
+    backend: str = "python"
+    force: bool = False             # replace an existing DIR/NAME
+    serving: Any = None             # targets.triton.params.ServingParams
+    verify: bool = False            # run verify() right after emitting
+    verify_dims: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -29,8 +39,11 @@ class ConvertReport:
     weights: int
     weight_bytes: int
     output_bytes: int
+    target: str | None = None
+    files: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    verification: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -54,29 +67,69 @@ def load_model(path: str | os.PathLike, *, check: bool = True, infer_shapes: boo
     return loaded.model, "onnx", loaded.warnings
 
 
-def convert(input: str | os.PathLike, output: str | os.PathLike,
+def convert(input: str | os.PathLike, output: str | os.PathLike | None,
             options: ConvertOptions | None = None) -> ConvertReport:
-    """ONNX -> `.mcpir`. The output is written atomically: a failure leaves nothing behind."""
+    """ONNX -> `.mcpir`, or with a target -> that target's artifacts (a Triton repository).
+
+    Outputs are written atomically: a failure leaves nothing behind.
+    """
     options = options or ConvertOptions()
-    output = Path(output)
-    if output.suffix != FILE_EXTENSION:
-        raise UsageError(f"--output {output}: expected a {FILE_EXTENSION} file "
-                         "(Triton repositories come with --target)")
-    if output.is_dir():
-        raise UsageError(f"--output {output} is a directory")
-    if not output.parent.exists():
-        raise UsageError(f"--output {output}: folder {output.parent} does not exist")
+    target = None
+    if options.target is not None:
+        from .targets import get_target
+
+        target = get_target(options.target)
+        output = Path(output or DEFAULT_REPOSITORY)
+        if output.suffix == FILE_EXTENSION:
+            raise UsageError(f"--output {output}: with --target, --output is the model repository "
+                             "folder (the .mcpir goes inside it)")
+    else:
+        if output is None:
+            raise UsageError("--output is required without --target (a .mcpir file)")
+        output = Path(output)
+        if output.suffix != FILE_EXTENSION:
+            raise UsageError(f"--output {output}: expected a {FILE_EXTENSION} file "
+                             "(Triton repositories come with --target)")
+        if output.is_dir():
+            raise UsageError(f"--output {output} is a directory")
+        if not output.parent.exists():
+            raise UsageError(f"--output {output}: folder {output.parent} does not exist")
     t0 = time.perf_counter()
     loaded = load_onnx(input, check=options.check, infer_shapes=options.infer_shapes)
     t1 = time.perf_counter()
-    stats = write_mcpir(loaded.model, output)
-    t2 = time.perf_counter()
     s = summarize(loaded.model, "onnx")
-    return ConvertReport(
-        input=str(input), output=str(output), nodes=s.nodes, weights=s.weights,
-        weight_bytes=s.weight_bytes, output_bytes=stats.file_bytes,
-        seconds={"load": round(t1 - t0, 4), "write": round(t2 - t1, 4)},
-        warnings=loaded.warnings)
+    report = ConvertReport(input=str(input), output=str(output), nodes=s.nodes, weights=s.weights,
+                           weight_bytes=s.weight_bytes, output_bytes=0, target=options.target,
+                           warnings=list(loaded.warnings))
+    if target is None:
+        stats = write_mcpir(loaded.model, output)
+        report.output_bytes = stats.file_bytes
+        report.files = [output.name]
+    else:
+        from .targets import TargetOptions
+        from .targets.triton.config import sanitize_name
+
+        report.warnings += target.check(loaded.model)
+        name = options.name if options.name is not None else sanitize_name(Path(input).stem)
+        result = target.emit(loaded.model, output, TargetOptions(
+            name=name, backend=options.backend, force=options.force,
+            serving={"params": options.serving}))
+        report.output = str(result.root)
+        report.files = result.files
+        report.output_bytes = sum((result.root / f).stat().st_size for f in result.files)
+        report.warnings += result.warnings
+    t2 = time.perf_counter()
+    report.seconds = {"load": round(t1 - t0, 4), "emit": round(t2 - t1, 4)}
+    if options.verify:
+        if target is None:
+            raise UsageError("--verify needs --target (it checks the emitted repository)")
+        from .verify import verify
+
+        v = verify(input, report.output, dims=options.verify_dims)
+        report.verification = v.to_dict()
+        report.seconds["verify"] = round(time.perf_counter() - t2, 4)
+        v.raise_if_failed()
+    return report
 
 
 def inspect(path: str | os.PathLike) -> ModelSummary:

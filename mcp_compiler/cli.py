@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from . import __version__, api
-from .errors import McpError
+from .errors import McpError, ServerError, UsageError
 from .report import Reporter
 
 app = typer.Typer(
@@ -65,25 +65,188 @@ DebugOpt = typer.Option(False, "--debug", help="Show tracebacks and debug logs."
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object (for CI) instead of text.")
 
 
+def _parse_dims(text: str | None) -> dict[str, int]:
+    """`batch=2,H=64` -> {"batch": 2, "H": 64}."""
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key or not value.strip().isdigit() or int(value) < 1:
+            raise UsageError(f"--dims: expected NAME=SIZE[,NAME=SIZE...], got {part!r}")
+        out[key.strip()] = int(value)
+    return out
+
+
+def _tri_state(text: str | None, flag: str) -> bool | None:
+    if text is None or text.lower() == "auto":
+        return None
+    if text.lower() in ("true", "on", "yes", "1"):
+        return True
+    if text.lower() in ("false", "off", "no", "0"):
+        return False
+    raise UsageError(f"{flag}: expected true, false or auto, got {text!r}")
+
+
 @app.command()
 def convert(
     input: Path = typer.Option(..., "--input", "-i", help="The ONNX model to convert.",
                                dir_okay=False),
-    output: Path = typer.Option(..., "--output", "-o",
-                                help="Where to write: a .mcpir file (written atomically)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o",
+        help="Without --target: the .mcpir file to write. With --target: the model repository "
+             "folder (default: model_repository)."),
+    target: Optional[str] = typer.Option(None, "--target", "-t",
+                                         help="Emit for this target (see `mcp-cli targets`)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Model name in the repository "
+                                       "(default: the input file's stem, sanitized)."),
+    backend: str = typer.Option("python", "--backend",
+                                help="Triton backend: python (MCP-IR + bundled runtime) or onnxruntime."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing DIR/NAME."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML build file with serving "
+                                          "parameters (flags override it)."),
+    dynamic_batch: Optional[str] = typer.Option(
+        None, "--dynamic-batch", metavar="true|false|auto",
+        help="Dynamic batching: auto (default) turns it on when every input and output has the "
+             "same batch symbol at axis 0; true makes that a requirement."),
+    no_dynamic_batch: bool = typer.Option(False, "--no-dynamic-batch", help="Same as --dynamic-batch false."),
+    max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size"),
+    preferred_batch_size: Optional[str] = typer.Option(None, "--preferred-batch-size", metavar="N[,N...]"),
+    max_queue_delay_us: Optional[int] = typer.Option(None, "--max-queue-delay-us"),
+    max_concurrent_requests: Optional[int] = typer.Option(
+        None, "--max-concurrent-requests", help="Bound on queued requests (dynamic batching queue size)."),
+    inference_timeout_ms: Optional[int] = typer.Option(
+        None, "--inference-timeout-ms", help="Queue timeout; requests waiting longer are rejected."),
+    instance_count: Optional[int] = typer.Option(None, "--instance-count"),
+    kind: Optional[str] = typer.Option(None, "--kind", help="Instance kind: cpu or gpu."),
+    tensor_parallel_size: Optional[int] = typer.Option(None, "--tensor-parallel-size"),
+    quantization_level: Optional[str] = typer.Option(None, "--quantization-level", "--quantize",
+                                                     help="none (fp8/int4: not yet implemented)."),
+    model_warmup: Optional[bool] = typer.Option(None, "--warmup/--no-warmup",
+                                                help="Add a model_warmup built from the contract."),
+    warmup_dims: Optional[str] = typer.Option(None, "--warmup-dims", help="Symbol sizes for the "
+                                              "warm-up inputs, e.g. H=64,W=64."),
+    verify_: bool = typer.Option(False, "--verify", help="Run `verify` on the result (exit 1 if it fails)."),
+    dims: Optional[str] = typer.Option(None, "--dims", help="Symbol sizes for --verify, e.g. N=2,H=64."),
     check: bool = typer.Option(True, "--check/--no-check", help="Run onnx.checker on the input."),
     infer_shapes: bool = typer.Option(True, "--infer-shapes/--no-infer-shapes",
                                       help="Run ONNX shape inference before import."),
     json_out: bool = JsonOpt,
     debug: bool = DebugOpt,
 ) -> None:
-    """Convert an ONNX model into MCP-IR (.mcpir)."""
+    """Convert an ONNX model to MCP-IR (.mcpir) or, with --target, to a Triton model repository."""
     rep = Reporter(json_mode=json_out)
 
     def body() -> None:
+        opts = api.ConvertOptions(check=check, infer_shapes=infer_shapes, target=target, name=name,
+                                  backend=backend, force=force, verify=verify_,
+                                  verify_dims=_parse_dims(dims))
+        if target is not None:
+            from .targets.triton.params import load_build_file, resolve
+
+            pref = None
+            if preferred_batch_size is not None:
+                try:
+                    pref = [int(x) for x in preferred_batch_size.split(",") if x.strip()]
+                except ValueError:
+                    raise UsageError(f"--preferred-batch-size: expected N[,N...], got {preferred_batch_size!r}") from None
+            flags = {
+                "dynamic_batch": False if no_dynamic_batch else _tri_state(dynamic_batch, "--dynamic-batch"),
+                "max_batch_size": max_batch_size, "preferred_batch_size": pref,
+                "max_queue_delay_us": max_queue_delay_us,
+                "max_concurrent_requests": max_concurrent_requests,
+                "inference_timeout_ms": inference_timeout_ms, "instance_count": instance_count,
+                "kind": kind, "tensor_parallel_size": tensor_parallel_size,
+                "quantization_level": quantization_level, "model_warmup": model_warmup,
+                "warmup_dims": _parse_dims(warmup_dims) if warmup_dims else None,
+            }
+            if _tri_state(dynamic_batch, "--dynamic-batch") is None and not no_dynamic_batch:
+                flags["dynamic_batch"] = None
+            opts.serving = resolve(load_build_file(config) if config else {}, flags)
+            if opts.serving.quantization_level != "none":
+                raise UsageError(f"quantization_level {opts.serving.quantization_level}: "
+                                 "quantization is not implemented yet (only none)")
+        elif config is not None or dynamic_batch is not None:
+            raise UsageError("--config and --dynamic-batch need --target")
         with rep.status(f"converting {input}"):
-            report = api.convert(input, output, api.ConvertOptions(check=check, infer_shapes=infer_shapes))
+            report = api.convert(input, output, opts)
         rep.converted(report)
+
+    _run(rep, debug, body)
+
+
+@app.command()
+def verify(
+    input: Path = typer.Option(..., "--input", "-i", help="The original ONNX model.", dir_okay=False),
+    repository: Path = typer.Option(..., "--repository", "-r", help="The emitted entry: DIR/NAME."),
+    samples: int = typer.Option(1, "--samples", min=1, help="Random input sets to compare."),
+    dims: Optional[str] = typer.Option(None, "--dims", help="Symbol sizes, e.g. batch=2,H=64 "
+                                       "(default 2 at axis 0, 32 elsewhere)."),
+    rtol: float = typer.Option(1e-3, "--rtol"),
+    atol: float = typer.Option(1e-4, "--atol"),
+    json_out: bool = JsonOpt,
+    debug: bool = DebugOpt,
+) -> None:
+    """Run the original in onnxruntime and the emitted model through its serving runtime; compare."""
+    rep = Reporter(json_mode=json_out)
+
+    def body() -> None:
+        from .verify import verify as run_verify
+
+        r = run_verify(input, repository, samples=samples, dims=_parse_dims(dims), rtol=rtol, atol=atol)
+        rep.verified(r)
+        r.raise_if_failed()
+
+    _run(rep, debug, body)
+
+
+@app.command()
+def targets(json_out: bool = JsonOpt) -> None:
+    """List the targets --target accepts."""
+    from .targets import TARGETS
+
+    rep = Reporter(json_mode=json_out)
+    rows = [{"name": t.name, "runtime": t.runtime, "opsets": list(t.opset_range),
+             "description": t.description} for t in TARGETS.values()]
+    if json_out:
+        rep.json(rows)
+    else:
+        for r in rows:
+            rep.out.print(f"{r['name']}: {r['description']}; runs on {r['runtime']}, "
+                          f"ai.onnx opsets {r['opsets'][0]}..{r['opsets'][1]}", markup=False)
+
+
+@app.command()
+def serve(
+    repository: Path = typer.Argument(..., help="The model repository folder."),
+    http_port: Optional[int] = typer.Option(None, "--http-port", help="Default: a free port."),
+    grpc_port: Optional[int] = typer.Option(None, "--grpc-port", help="Default: a free port."),
+    explicit: bool = typer.Option(False, "--explicit", help="Start with no model loaded "
+                                  "(model-control-mode explicit, for `deploy`)."),
+    debug: bool = DebugOpt,
+) -> None:
+    """Start a local Triton Inference Server on 127.0.0.1 for REPOSITORY (Ctrl-C stops it)."""
+    rep = Reporter()
+
+    def body() -> None:
+        import time
+
+        from .serve import TritonServer
+
+        if (http_port is None) != (grpc_port is None):
+            raise UsageError("give both --http-port and --grpc-port, or neither")
+        server = TritonServer(repository, explicit=explicit, http_port=http_port, grpc_port=grpc_port)
+        with rep.status("starting tritonserver"):
+            server.start()
+        try:
+            rep.out.print(f"Triton is serving {repository}\n  HTTP  http://{server.http_url}\n"
+                          f"  gRPC  {server.grpc_url}\n  log   {server.log_path}\nCtrl-C stops it.",
+                          markup=False)
+            while server.proc.poll() is None:
+                time.sleep(0.5)
+            raise ServerError(f"tritonserver exited with code {server.proc.returncode} (log: {server.log_path})")
+        except KeyboardInterrupt:
+            rep.out.print("stopping tritonserver", markup=False)
+        finally:
+            server.stop()
 
     _run(rep, debug, body)
 

@@ -70,7 +70,7 @@ def run_ort(model: onnx.ModelProto, data_sets: list, rtol: float, atol: float) -
             return "run: " + _first_line(e)
         try:
             assert_similar(expected, outs, rtol, atol)
-        except AssertionError as e:
+        except (AssertionError, TypeError, ValueError) as e:
             return "mismatch: " + _first_line(e)
     return "pass"
 
@@ -134,6 +134,9 @@ def assert_similar(ref: list, out: list, rtol: float, atol: float) -> None:
         tol = rtol
         if o.dtype.name == "bfloat16":
             tol = max(rtol, 2**-6)
+        if o.dtype.type.__module__.startswith("ml_dtypes"):
+            # numpy cannot promote these with a Python float (np.isclose needs to): compare as
+            # float32, which holds every value of these types exactly.
             o, r = o.astype(np.float32), r.astype(np.float32)
         np.testing.assert_allclose(o, r, rtol=tol, atol=atol)
 

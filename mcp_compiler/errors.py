@@ -59,3 +59,17 @@ class VerificationError(McpError):
     """Converted outputs differ from onnxruntime on the original beyond tolerance."""
 
     exit_code = 1
+
+
+class UnknownTargetError(UsageError):
+    """--target names no known target."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name, self.known = name, known
+        super().__init__(f"unknown target {name!r}; known targets: {', '.join(known)}")
+
+
+class ServerError(McpError):
+    """A Triton server could not be started, reached or used."""
+
+    exit_code = 1

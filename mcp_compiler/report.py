@@ -56,6 +56,27 @@ class Reporter:
         self.out.print(f"wrote {r.output}: {r.nodes} nodes, {r.weights} weights "
                        f"({_mb(r.weight_bytes)}), {_mb(r.output_bytes)} on disk, {secs:.2f} s",
                        markup=False)
+        if r.target:
+            for f in r.files:
+                self.out.print(f"  {f}", markup=False)
+        if r.verification:
+            from .verify import OutputCheck, VerifyReport
+
+            v = dict(r.verification)
+            v.pop("ok", None)
+            v["outputs"] = [OutputCheck(**o) for o in v["outputs"]]
+            self.verified(VerifyReport(**v))
+
+    # -- verify -------------------------------------------------------------------------------
+    def verified(self, r) -> None:  # noqa: ANN001 - verify.VerifyReport
+        if self.json_mode:
+            self.json({"ok": r.ok, **r.to_dict()})
+            return
+        self.out.print(f"verify {r.repository} ({r.backend} backend, {r.samples} sample(s), "
+                       f"atol {r.atol}, rtol {r.rtol}):", markup=False)
+        for o in r.outputs:
+            self.out.print(f"  {o.name}: max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g}, "
+                           f"cosine {o.cosine:.6f}  {'ok' if o.ok else 'FAILED'}", markup=False)
 
     # -- inspect ------------------------------------------------------------------------------
     def summary(self, s: ModelSummary, path: str) -> None:

@@ -15,7 +15,7 @@ from mcp_compiler.errors import InvalidModelError, SchemaVersionError
 from mcp_compiler.ir_schema import SCHEMA_VERSION
 from mcp_compiler.ir_schema import mcp_ir_generated as fb
 from mcp_compiler.mcpir import from_buffer, to_bytes
-from mcp_compiler.mcpir.verify import schema_layout
+from mcp_compiler.mcpir.reader import schema_layout
 
 from _helpers import REPO
 

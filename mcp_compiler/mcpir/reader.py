@@ -6,6 +6,7 @@ import mmap
 import os
 import stat
 import struct
+from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InvalidModelError, SchemaVersionError
@@ -14,9 +15,9 @@ from ..ir.dims import Dim, ShapeExpr
 from ..ir.graph import Attribute, AttrType, Function, Graph, Layout, Model, Value
 from ..ir.tensor import SparseTensor, Tensor
 from ..ir.types import DataType, MapType, NoType, OptionalType, SequenceType, TensorType, Type
-from ..ir_schema import FILE_IDENTIFIER, SCHEMA_VERSION
+from ..ir_schema import FILE_IDENTIFIER, SCHEMA_VERSION, schema_text
 from ..ir_schema import mcp_ir_generated as fb
-from .verify import verify_buffer
+from .verify import VerifyError, parse_layout, verify_buffer
 from .writer import align_up
 
 _EXPR_OPS = {fb.ExprOp.ADD: "add", fb.ExprOp.SUB: "sub", fb.ExprOp.MUL: "mul",
@@ -24,6 +25,12 @@ _EXPR_OPS = {fb.ExprOp.ADD: "add", fb.ExprOp.SUB: "sub", fb.ExprOp.MUL: "mul",
              fb.ExprOp.MOD: "mod", fb.ExprOp.MAX: "max", fb.ExprOp.MIN: "min"}
 MAX_SUBGRAPH_DEPTH = 64
 MAX_ALIGNMENT = 1 << 20
+
+
+@lru_cache(maxsize=1)
+def schema_layout() -> dict:
+    """The verifier's field layout, parsed from the installed mcp_ir.fbs."""
+    return parse_layout(schema_text())
 
 
 def is_mcpir(head: bytes) -> bool:
@@ -58,7 +65,10 @@ def from_buffer(buf: bytes | memoryview, *, path: object = None, file_backed: bo
     if 4 + fb_len > size:
         raise InvalidModelError(path, f"corrupt MCP-IR: header claims {fb_len} bytes, file has {size}")
     header = bytes(buf[4:4 + fb_len])
-    verify_buffer(header, "Model", path=path)
+    try:
+        verify_buffer(header, schema_layout())
+    except VerifyError as e:
+        raise InvalidModelError(path, f"corrupt MCP-IR: {e}") from None
     root = fb.Model.GetRootAs(header, 0)
     sv = root.SchemaVersion()
     if sv.Major() != SCHEMA_VERSION[0]:

@@ -1,10 +1,13 @@
-"""Bounds-checks an MCP-IR FlatBuffer before any accessor touches it.
+"""Bounds-checks an MCP-IR FlatBuffer before any accessor touches it (stdlib only).
 
 The Python flatbuffers runtime has no verifier, and `struct.unpack_from` happily follows negative
 or huge offsets. This walks the buffer the way flatc's C++ verifier does, driven by the field
 layout parsed from mcp_ir.fbs itself (one source of truth): every table, vtable, string and
 vector must lie inside the buffer, required fields must be present, nesting is bounded, and the
 number of objects is bounded by the buffer size (so shared or cyclic offsets cannot blow up).
+
+This module imports nothing but the standard library: the serving runtime that model
+repositories carry uses a copy of it.
 """
 
 from __future__ import annotations
@@ -12,16 +15,16 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass
-from functools import lru_cache
-
-from ..errors import InvalidModelError
-from ..ir_schema import schema_text
 
 _SCALARS = {"bool": 1, "byte": 1, "ubyte": 1, "int8": 1, "uint8": 1, "short": 2, "ushort": 2,
             "int16": 2, "uint16": 2, "int": 4, "uint": 4, "int32": 4, "uint32": 4, "float": 4,
             "long": 8, "ulong": 8, "int64": 8, "uint64": 8, "double": 8}
 
 MAX_DEPTH = 512
+
+
+class VerifyError(ValueError):
+    """The buffer is not a well-formed MCP-IR FlatBuffer."""
 
 
 @dataclass(frozen=True)
@@ -34,10 +37,9 @@ class FieldSpec:
     required: bool = False
 
 
-@lru_cache(maxsize=1)
-def schema_layout() -> dict[str, list[FieldSpec]]:
-    """Table name -> fields in vtable slot order, parsed from the installed mcp_ir.fbs."""
-    text = re.sub(r"//[^\n]*", "", schema_text())
+def parse_layout(schema: str) -> dict[str, list[FieldSpec]]:
+    """Table name -> fields in vtable slot order, parsed from the text of mcp_ir.fbs."""
+    text = re.sub(r"//[^\n]*", "", schema)
     enums = {m.group(1): _SCALARS[m.group(2)]
              for m in re.finditer(r"\benum\s+(\w+)\s*:\s*(\w+)", text)}
     blocks = {m.group(2): (m.group(1), m.group(3))
@@ -78,17 +80,16 @@ def schema_layout() -> dict[str, list[FieldSpec]]:
             for name, (kind, body) in blocks.items() if kind == "table"}
 
 
-def verify_buffer(buf: bytes, root_table: str = "Model", *, path: object = None) -> None:
-    """Raise InvalidModelError unless every object reachable from the root lies within `buf`."""
-    layout = schema_layout()
+def verify_buffer(buf: bytes, layout: dict[str, list[FieldSpec]], root_table: str = "Model") -> None:
+    """Raise VerifyError unless every object reachable from the root lies within `buf`."""
     size = len(buf)
     u32 = struct.Struct("<I").unpack_from
     i32 = struct.Struct("<i").unpack_from
     u16 = struct.Struct("<H").unpack_from
     budget = size // 4 + 16
 
-    def bad(msg: str) -> InvalidModelError:
-        return InvalidModelError(path, f"corrupt MCP-IR: {msg}")
+    def bad(msg: str) -> VerifyError:
+        return VerifyError(msg)
 
     def follow(at: int, what: str) -> int:
         if at < 0 or at + 4 > size:

@@ -1,0 +1,192 @@
+"""A real local Triton Inference Server (the tritonserver bundled in PyPI's nvidia-pytriton).
+
+Facts this relies on (../shared/notes/triton.md): the python backend needs a backend folder of
+our own (links to libtriton_python.so, its utils and the stub for this Python); the stub finds
+the environment through `python3` on PATH; port 0 is refused, so free ports are picked and a
+start that loses the race is retried; the server is bound to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ServerError, UsageError
+
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    server: Path
+    python_backend: Path
+    stub: Path
+
+
+def find_triton() -> TritonInstall:
+    """The tritonserver of the nvidia-pytriton wheel, or a clear error saying how to get it."""
+    try:
+        import pytriton
+    except ImportError:
+        raise UsageError("no Triton server found: install the serve extra "
+                         "(pip install 'mcp-cli[serve]', which brings nvidia-pytriton)") from None
+    root = Path(pytriton.__file__).parent / "tritonserver"
+    ver = f"{sys.version_info.major}.{sys.version_info.minor}"
+    inst = TritonInstall(root / "bin" / "tritonserver", root / "backends" / "python",
+                         root / "python_backend_stubs" / ver / "triton_python_backend_stub")
+    for p in (inst.server, inst.python_backend / "libtriton_python.so", inst.stub):
+        if not p.exists():
+            raise UsageError(f"nvidia-pytriton is installed but {p} is missing (Python {ver} unsupported?)")
+    return inst
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    # PR_SET_PDEATHSIG: the server must not outlive a crashed test or CLI process.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+class TritonServer:
+    """Start/stop a tritonserver on 127.0.0.1; use as a context manager."""
+
+    def __init__(self, repository: str | os.PathLike, *, explicit: bool = False,
+                 http_port: int | None = None, grpc_port: int | None = None,
+                 extra_args: list[str] | None = None, log_path: str | os.PathLike | None = None,
+                 startup_timeout: float = 60.0) -> None:
+        self.repository = Path(repository).resolve()
+        if not self.repository.is_dir():
+            raise UsageError(f"model repository {repository} is not a directory")
+        self.explicit = explicit
+        self.http_port, self.grpc_port = http_port, grpc_port
+        self.extra_args = list(extra_args or [])
+        self.startup_timeout = startup_timeout
+        self.proc: subprocess.Popen | None = None
+        self._tmp = Path(tempfile.mkdtemp(prefix="mcp-triton-"))
+        self.log_path = Path(log_path) if log_path else self._tmp / "server.log"
+
+    @property
+    def http_url(self) -> str:
+        return f"{HOST}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{HOST}:{self.grpc_port}"
+
+    def _backend_dir(self, inst: TritonInstall) -> Path:
+        bk = self._tmp / "backends" / "python"
+        bk.mkdir(parents=True, exist_ok=True)
+        for src in (inst.python_backend / "libtriton_python.so",
+                    inst.python_backend / "triton_python_backend_utils.py", inst.stub):
+            dst = bk / src.name
+            if not dst.exists():
+                dst.symlink_to(src)
+        return bk.parent
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # The stub runs `python3` from PATH: this interpreter's environment, numpy<2 included.
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        libdir = sysconfig.get_config_var("LIBDIR") or ""
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
+        return env
+
+    def start(self) -> TritonServer:
+        inst = find_triton()
+        backends = self._backend_dir(inst)
+        fixed = self.http_port is not None
+        for attempt in range(5):
+            if not fixed or attempt:
+                self.http_port, self.grpc_port = free_port(), free_port()
+            metrics = free_port()
+            args = [str(inst.server), f"--model-repository={self.repository}",
+                    f"--backend-directory={backends}",
+                    f"--model-control-mode={'explicit' if self.explicit else 'none'}",
+                    f"--http-address={HOST}", f"--http-port={self.http_port}",
+                    f"--grpc-address={HOST}", f"--grpc-port={self.grpc_port}",
+                    f"--metrics-address={HOST}", f"--metrics-port={metrics}",
+                    "--exit-timeout-secs=5", "--allow-gpu-metrics=false",
+                    "--pinned-memory-pool-byte-size=0", "--cuda-memory-pool-byte-size=0:0",
+                    *self.extra_args]
+            log = open(self.log_path, "ab")
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self._env(),
+                                         preexec_fn=_die_with_parent, start_new_session=True)
+            log.close()
+            try:
+                self._wait_ready()
+                return self
+            except ServerError:
+                rc = self.proc.poll()
+                text = self.log()
+                self.stop()
+                if rc is not None and "already in use" in text and attempt < 4:
+                    continue
+                raise
+        raise ServerError("tritonserver could not bind free ports after 5 tries")
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        url = f"http://{self.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerError(f"tritonserver exited with code {self.proc.returncode}: "
+                                  f"{self._last_error()} (log: {self.log_path})")
+            try:
+                with urllib.request.urlopen(url, timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(0.1)
+        raise ServerError(f"tritonserver not ready after {self.startup_timeout:.0f} s: "
+                          f"{self._last_error()} (log: {self.log_path})")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _last_error(self) -> str:
+        lines = [ln for ln in self.log().splitlines() if ln.startswith("E") or "error" in ln.lower()]
+        return lines[-1].strip() if lines else "no error in its log"
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,170 @@
+"""verify: the original ONNX in onnxruntime vs the emitted model through its own serving runtime."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InvalidModelError, UsageError, VerificationError
+from .frontend import load_onnx
+from .ir import DataType, TensorType
+
+_counter = itertools.count()
+
+
+@dataclass
+class OutputCheck:
+    name: str
+    max_abs: float
+    max_rel: float
+    cosine: float
+    ok: bool
+
+
+@dataclass
+class VerifyReport:
+    repository: str
+    backend: str
+    samples: int
+    dims: dict[str, int]
+    rtol: float
+    atol: float
+    outputs: list[OutputCheck] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outputs)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+    def raise_if_failed(self) -> None:
+        bad = [o for o in self.outputs if not o.ok]
+        if bad:
+            o = max(bad, key=lambda x: x.max_abs)
+            raise VerificationError(
+                f"{self.repository}: output {o.name!r} differs from onnxruntime on the original: "
+                f"max abs {o.max_abs:.3g}, cosine {o.cosine:.6f} (atol {self.atol}, rtol {self.rtol})")
+
+
+def load_runtime(version_dir: Path):  # noqa: ANN201 - the bundled mcp_runtime module
+    """Import the mcp_runtime package a repository carries (not mcp-cli's own copy)."""
+    pkg = version_dir / "mcp_runtime"
+    if not (pkg / "__init__.py").exists():
+        raise InvalidModelError(version_dir, "no mcp_runtime package in the version folder")
+    name = f"_mcp_runtime_{next(_counter)}"
+    spec = importlib.util.spec_from_file_location(name, pkg / "__init__.py",
+                                                  submodule_search_locations=[str(pkg)])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _latest_version(model_dir: Path) -> Path:
+    versions = sorted((int(p.name), p) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    if not versions:
+        raise InvalidModelError(model_dir, "no version folder (e.g. 1/) in the model repository entry")
+    return versions[-1][1]
+
+
+def random_inputs(model, dims: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:  # noqa: ANN001
+    feeds = {}
+    for v in model.graph.inputs:
+        if v.const is not None:
+            continue
+        t = v.type
+        if not isinstance(t, TensorType) or t.shape is None:
+            raise UsageError(f"input {v.name!r} has no tensor shape; verify cannot make inputs for it")
+        shape = []
+        for axis, d in enumerate(t.shape):
+            if isinstance(d, int):
+                shape.append(d)
+            elif isinstance(d, str) and d in dims:
+                shape.append(dims[d])
+            else:
+                shape.append(2 if axis == 0 else 32)
+        dt = DataType(t.elem_type)
+        npdt = dt.numpy_dtype
+        if dt == DataType.BOOL:
+            feeds[v.name] = rng.integers(0, 2, shape).astype(bool)
+        elif np.issubdtype(npdt, np.floating):
+            feeds[v.name] = rng.standard_normal(shape).astype(npdt)
+        elif np.issubdtype(npdt, np.integer):
+            feeds[v.name] = rng.integers(0, 3, shape).astype(npdt)
+        else:
+            raise UsageError(f"input {v.name!r}: verify cannot make random {dt.name} data")
+    return feeds
+
+
+def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: int = 1,
+           dims: dict[str, int] | None = None, rtol: float = 1e-3, atol: float = 1e-4,
+           seed: int = 0) -> VerifyReport:
+    """Compare the repository entry's outputs with onnxruntime on `input`, on random inputs.
+
+    `repository` is DIR/NAME. Symbols not in `dims` get 2 at axis 0 and 32 elsewhere.
+    """
+    import onnxruntime as ort
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    model_dir = Path(repository)
+    cfg_path = model_dir / "config.pbtxt"
+    if not cfg_path.is_file():
+        raise UsageError(f"--repository {model_dir}: no config.pbtxt (expected DIR/NAME)")
+    cfg = text_format.Parse(cfg_path.read_text(), mc.ModelConfig())
+    vdir = _latest_version(model_dir)
+    backend = cfg.backend or "onnxruntime"
+    dims = dict(dims or {})
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    original = ort.InferenceSession(str(input), so, providers=["CPUExecutionProvider"])
+    if backend == "python":
+        emitted = load_runtime(vdir).MCPIRModel(vdir / "model.mcpir")
+        run = lambda feeds: emitted.run(feeds)  # noqa: E731
+    else:
+        sess = ort.InferenceSession(str(vdir / "model.onnx"), so, providers=["CPUExecutionProvider"])
+        run = lambda feeds: sess.run(None, feeds)  # noqa: E731
+    model = load_onnx(input, check=False, infer_shapes=False).model
+    rng = np.random.default_rng(seed)
+    report = VerifyReport(str(model_dir), backend, samples, dims, rtol, atol)
+    stats: dict[str, list] = {}
+    for _ in range(samples):
+        feeds = random_inputs(model, dims, rng)
+        try:
+            want = original.run(None, feeds)
+        except Exception as e:  # noqa: BLE001
+            raise UsageError(f"the original model fails on the random inputs "
+                             f"({ {k: list(v.shape) for k, v in feeds.items()} }): "
+                             f"{str(e).splitlines()[0]}; give symbol sizes with --dims") from None
+        got = run(feeds)
+        for o, a, b in zip(original.get_outputs(), want, got):
+            stats.setdefault(o.name, []).append(_compare(a, b, rtol, atol))
+    for name, rows in stats.items():
+        report.outputs.append(OutputCheck(
+            name, max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
+            all(r[3] for r in rows)))
+    return report
+
+
+def _compare(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[float, float, float, bool]:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return float("inf"), float("inf"), 0.0, False
+    if a.dtype.kind in "OSU" or a.dtype == bool:
+        same = bool(np.array_equal(a, b))
+        return (0.0 if same else 1.0), (0.0 if same else 1.0), (1.0 if same else 0.0), same
+    fa, fb = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    diff = np.abs(fa - fb)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    max_rel = float((diff / np.maximum(np.abs(fa), 1e-12)).max()) if diff.size else 0.0
+    na, nb = np.linalg.norm(fa), np.linalg.norm(fb)
+    cos = float(fa @ fb / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+    ok = bool(np.allclose(fb, fa, rtol=rtol, atol=atol, equal_nan=True))
+    return max_abs, max_rel, cos, ok

@@ -1,0 +1,164 @@
+"""The model contract -> Triton's ModelConfig (protobuf from tritonclient; never string building)."""
+
+from __future__ import annotations
+
+import re
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from mcp_compiler.errors import UnsupportedError, UsageError
+from mcp_compiler.ir import DataType, Model, TensorType, Value
+
+from .params import ServingParams
+
+# ONNX element type -> Triton data type. Triton has no FP8/INT4 tensors: quantized models keep
+# FP32/FP16/BF16 at their interface.
+TRITON_DTYPES = {
+    DataType.BOOL: mc.TYPE_BOOL, DataType.UINT8: mc.TYPE_UINT8, DataType.UINT16: mc.TYPE_UINT16,
+    DataType.UINT32: mc.TYPE_UINT32, DataType.UINT64: mc.TYPE_UINT64, DataType.INT8: mc.TYPE_INT8,
+    DataType.INT16: mc.TYPE_INT16, DataType.INT32: mc.TYPE_INT32, DataType.INT64: mc.TYPE_INT64,
+    DataType.FLOAT16: mc.TYPE_FP16, DataType.FLOAT: mc.TYPE_FP32, DataType.DOUBLE: mc.TYPE_FP64,
+    DataType.STRING: mc.TYPE_STRING, DataType.BFLOAT16: mc.TYPE_BF16,
+}
+
+# What Triton accepts as a model name here: a folder name without separators or dot-files.
+_NAME_OK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+
+
+def sanitize_name(stem: str) -> str:
+    """A model name from a file stem: anything outside [A-Za-z0-9_.-] becomes '_'."""
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", stem).lstrip(".-") or "model"
+    return name[:128]
+
+
+def check_name(name: str) -> str:
+    if not _NAME_OK.match(name) or name in (".", "..") or ".." in name:
+        raise UsageError(f"model name {name!r} is not accepted: use letters, digits, '_', '.', '-' "
+                         "(no path separators, not starting with '.' or '-')")
+    return name
+
+
+def interface(model: Model) -> tuple[list[Value], list[Value]]:
+    inputs = [v for v in model.graph.inputs if v.const is None]
+    return inputs, list(model.graph.outputs)
+
+
+def batch_blocker(model: Model) -> str | None:
+    """Why dynamic batching is impossible (naming the value), or None when every input and
+    output has the same symbol at axis 0."""
+    inputs, outputs = interface(model)
+    batch = None
+    for kind, v in [("input", x) for x in inputs] + [("output", x) for x in outputs]:
+        t = v.type
+        if not isinstance(t, TensorType) or t.shape is None or not t.shape:
+            return f"{kind} {v.name!r} has no known rank"
+        d0 = t.shape[0]
+        if not isinstance(d0, str):
+            return f"{kind} {v.name!r} has {d0 if d0 is not None else 'an unknown dim'} at axis 0, not a batch symbol"
+        if batch is None:
+            batch = d0
+        elif d0 != batch:
+            where = next((i for i, d in enumerate(t.shape) if d == batch), None)
+            extra = f" (batch {batch!r} is at axis {where})" if where is not None else ""
+            return f"{kind} {v.name!r} has {d0!r} at axis 0, not the batch symbol {batch!r}{extra}"
+    return None
+
+
+def _tensor_config(v: Value, batched: bool, cls):  # noqa: ANN001, ANN202
+    t = v.type
+    if not isinstance(t, TensorType) or t.sparse:
+        raise UnsupportedError(f"model interface value {v.name!r} is {t}, Triton serves tensors only")
+    if t.elem_type not in TRITON_DTYPES:
+        raise UnsupportedError(f"model interface value {v.name!r} has element type "
+                               f"{DataType(t.elem_type).name}, which Triton cannot carry")
+    if t.shape is None:
+        raise UnsupportedError(f"model interface value {v.name!r} has unknown rank; Triton needs dims")
+    shape = t.shape[1:] if batched else t.shape
+    return cls(name=v.name, data_type=TRITON_DTYPES[t.elem_type],
+               dims=[d if isinstance(d, int) else -1 for d in shape])
+
+
+def build_config(model: Model, name: str, backend: str, p: ServingParams) -> tuple[mc.ModelConfig, list[str]]:
+    """The ModelConfig for `model` and the warnings it raised."""
+    warnings: list[str] = []
+    blocker = batch_blocker(model)
+    batched = False
+    if p.dynamic_batch is True and blocker:
+        raise UsageError(f"--dynamic-batch: cannot batch this model: {blocker}")
+    if p.dynamic_batch is not False:
+        if blocker:
+            warnings.append(f"dynamic batching off (max_batch_size 0): {blocker}")
+        else:
+            batched = True
+    cfg = mc.ModelConfig(name=name)
+    if backend == "python":
+        cfg.backend = "python"
+    else:
+        cfg.platform = "onnxruntime_onnx"
+        cfg.backend = "onnxruntime"
+    cfg.max_batch_size = p.max_batch_size if batched else 0
+    inputs, outputs = interface(model)
+    cfg.input.extend(_tensor_config(v, batched, mc.ModelInput) for v in inputs)
+    cfg.output.extend(_tensor_config(v, batched, mc.ModelOutput) for v in outputs)
+    if batched:
+        db = cfg.dynamic_batching
+        db.SetInParent()
+        db.preferred_batch_size.extend(p.preferred_batch_size)
+        if p.max_queue_delay_us is not None:
+            db.max_queue_delay_microseconds = p.max_queue_delay_us
+        _queue_policy(db.default_queue_policy, p)
+    elif p.max_concurrent_requests is not None or p.inference_timeout_ms is not None:
+        # Without dynamic batching Triton still queues requests in its sequence of one.
+        warnings.append("max_concurrent_requests / inference_timeout_ms need dynamic batching; "
+                        "set on the queue of a batching model only")
+    group = cfg.instance_group.add(count=p.instance_count,
+                                   kind=mc.ModelInstanceGroup.KIND_GPU if p.kind == "gpu"
+                                   else mc.ModelInstanceGroup.KIND_CPU)
+    if p.kind == "gpu" and p.tensor_parallel_size > 1:
+        # Triton cannot split one model across GPUs by itself: this places `count` instances on
+        # each of GPUs 0..N-1; the backend receives tensor_parallel_size as a parameter.
+        group.gpus.extend(range(p.tensor_parallel_size))
+    params = {"quantization_level": p.quantization_level,
+              "tensor_parallel_size": str(p.tensor_parallel_size)}
+    if backend == "python":
+        params["mcp_runtime"] = "model.mcpir"
+    for k, v in params.items():
+        cfg.parameters[k].string_value = v
+    if p.model_warmup:
+        _warmup(cfg, model, batched, p)
+    return cfg, warnings
+
+
+def _queue_policy(q, p: ServingParams) -> None:  # noqa: ANN001
+    if p.max_concurrent_requests is not None:
+        q.max_queue_size = p.max_concurrent_requests
+    if p.inference_timeout_ms is not None:
+        q.timeout_action = mc.ModelQueuePolicy.REJECT
+        q.default_timeout_microseconds = p.inference_timeout_ms * 1000
+        q.allow_timeout_override = True
+
+
+def _warmup(cfg: mc.ModelConfig, model: Model, batched: bool, p: ServingParams) -> None:
+    w = cfg.model_warmup.add(name="mcp_contract_warmup", batch_size=1 if batched else 0)
+    inputs, _ = interface(model)
+    for v in inputs:
+        t = v.type
+        shape = t.shape[1:] if batched else t.shape
+        dims = []
+        for d in shape:
+            if isinstance(d, int):
+                dims.append(d)
+            elif isinstance(d, str) and d in p.warmup_dims:
+                dims.append(p.warmup_dims[d])
+            else:
+                raise UsageError(f"model_warmup: input {v.name!r} has dim {d}; give its size with "
+                                 f"warmup_dims (e.g. warmup_dims: {{{d}: 64}})")
+        inp = w.inputs[v.name]
+        inp.data_type = TRITON_DTYPES[t.elem_type]
+        inp.dims.extend(dims)
+        inp.random_data = True
+
+
+def to_pbtxt(cfg: mc.ModelConfig) -> str:
+    return text_format.MessageToString(cfg)

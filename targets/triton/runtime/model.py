@@ -1,0 +1,69 @@
+"""Triton python-backend entry point for an mcp-cli model (copied to <model>/<version>/model.py).
+
+Runs `model.mcpir` beside it through the bundled `mcp_runtime` package (numpy, flatbuffers and
+onnxruntime only). With dynamic batching, the requests Triton hands over together are
+concatenated along axis 0 and run as one batch when their other dims agree.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+from mcp_runtime import MCPIRModel  # noqa: E402
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        cfg = json.loads(args["model_config"])
+        self.max_batch = int(cfg.get("max_batch_size", 0))
+        params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
+        path = os.path.join(HERE, params.get("mcp_runtime", "model.mcpir"))
+        threads = int(params.get("intra_op_threads", "0") or 0)
+        self.model = MCPIRModel(path, intra_op_threads=threads or None)
+        self.inputs = [i["name"] for i in cfg["input"]]
+        self.outputs = [o["name"] for o in cfg["output"]]
+
+    def _feeds(self, request):
+        return {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.inputs}
+
+    def execute(self, requests):
+        feeds = [self._feeds(r) for r in requests]
+        if self.max_batch > 0 and len(feeds) > 1 and _stackable(feeds):
+            sizes = [f[self.inputs[0]].shape[0] for f in feeds]
+            joined = {n: np.concatenate([f[n] for f in feeds]) for n in self.inputs}
+            try:
+                outs = self.model.run(joined, self.outputs)
+            except Exception as e:  # noqa: BLE001 - reported to each client
+                return [_error(e) for _ in requests]
+            bounds = np.cumsum([0] + sizes)
+            return [_response(self.outputs, [o[a:b] for o in outs]) for a, b in zip(bounds, bounds[1:])]
+        responses = []
+        for f in feeds:
+            try:
+                responses.append(_response(self.outputs, self.model.run(f, self.outputs)))
+            except Exception as e:  # noqa: BLE001
+                responses.append(_error(e))
+        return responses
+
+    def finalize(self):
+        self.model = None
+
+
+def _stackable(feeds):
+    first = feeds[0]
+    return all(f[n].shape[1:] == first[n].shape[1:] for f in feeds[1:] for n in first)
+
+
+def _response(names, arrays):
+    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in zip(names, arrays)])
+
+
+def _error(e):
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(f"{type(e).__name__}: {e}"))

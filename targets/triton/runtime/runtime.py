@@ -1,0 +1,351 @@
+"""Open a .mcpir by mmap, lower it to ONNX protobuf bytes, run it with onnxruntime.
+
+Weights are not copied: each top-level initializer is handed to onnxruntime as an OrtValue over
+a numpy view of the mapped file (SessionOptions.add_external_initializers); the protobuf only
+names them. The protobuf is encoded here by hand (wire format), so the server needs no `onnx`.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from . import mcp_ir_generated as fb
+from .verify import VerifyError, parse_layout, verify_buffer
+
+SCHEMA_MAJOR = 1
+IDENTIFIER = b"MCPI"
+_LAYOUT = parse_layout((Path(__file__).with_name("mcp_ir.fbs")).read_text(encoding="utf-8"))
+_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32, 13: 64,
+         14: 64, 15: 128, 16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4, 23: 4, 24: 8, 25: 2,
+         26: 2, 27: 6, 28: 6}
+# ONNX dtype -> numpy dtype of the bits handed to onnxruntime (float8/bfloat16 as raw bits).
+_NUMPY = {1: "<f4", 2: "u1", 3: "i1", 4: "<u2", 5: "<i2", 6: "<i4", 7: "<i8", 9: "?", 10: "<f2",
+          11: "<f8", 12: "<u4", 13: "<u8", 14: "<c8", 15: "<c16"}
+_AS_BITS = {16: "<u2", 17: "u1", 18: "u1", 19: "u1", 20: "u1", 24: "u1"}
+_PLACEHOLDER = b"__mcpir_data__"
+_EXTERNAL_MIN_BYTES = 1024
+
+
+class MCPIRError(ValueError):
+    """The file is not a readable MCP-IR model."""
+
+
+class MCPIRModel:
+    """A .mcpir file as an onnxruntime session."""
+
+    def __init__(self, path: str | os.PathLike, *, providers: list[str] | None = None,
+                 intra_op_threads: int | None = None, options: ort.SessionOptions | None = None) -> None:
+        self.path = Path(path)
+        with open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 12:
+                raise MCPIRError(f"{self.path}: not an MCP-IR file")
+            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        mm = self._mm
+        if mm[8:12] != IDENTIFIER:
+            raise MCPIRError(f"{self.path}: not an MCP-IR file (identifier {mm[8:12]!r})")
+        (n,) = struct.unpack_from("<I", mm, 0)
+        if 4 + n > size:
+            raise MCPIRError(f"{self.path}: corrupt MCP-IR: header runs past the end")
+        header = mm[4:4 + n]
+        try:
+            verify_buffer(header, _LAYOUT)
+        except VerifyError as e:
+            raise MCPIRError(f"{self.path}: corrupt MCP-IR: {e}") from None
+        root = fb.Model.GetRootAs(header, 0)
+        major = root.SchemaVersion().Major()
+        if major != SCHEMA_MAJOR:
+            raise MCPIRError(f"{self.path}: MCP-IR schema major version {major} is not supported "
+                             f"by this runtime ({SCHEMA_MAJOR})")
+        align = root.DataAlignment()
+        if align < 1 or align & (align - 1):
+            raise MCPIRError(f"{self.path}: corrupt MCP-IR: bad data alignment {align}")
+        self._data_start = (4 + n + align - 1) // align * align
+        self._data_length = root.DataLength()
+        if self._data_start + self._data_length > size:
+            raise MCPIRError(f"{self.path}: corrupt MCP-IR: data section runs past the end (truncated?)")
+        self._names: list[str] = []
+        self._values: list[ort.OrtValue] = []
+        try:
+            proto = _Lowering(self).model(root)
+        except (AttributeError, TypeError, IndexError, struct.error, UnicodeDecodeError) as e:
+            raise MCPIRError(f"{self.path}: corrupt MCP-IR: {type(e).__name__}: {e}") from None
+        so = options or ort.SessionOptions()
+        if intra_op_threads:
+            so.intra_op_num_threads = intra_op_threads
+        if self._names:
+            so.add_external_initializers(self._names, self._values)
+        self.session = ort.InferenceSession(proto, so, providers=providers or ["CPUExecutionProvider"])
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> list[np.ndarray]:
+        return self.session.run(outputs, feeds)
+
+    # -- weights ------------------------------------------------------------------------------
+    def tensor_bytes(self, t: fb.Tensor) -> tuple[int, int]:
+        """(absolute offset, length) of a tensor's bytes, checked against the data section."""
+        off, length = t.Offset(), t.Length()
+        numel = 1
+        for j in range(t.DimsLength()):
+            d = t.Dims(j)
+            if d < 0:
+                raise MCPIRError(f"{self.path}: corrupt MCP-IR: negative dimension")
+            numel *= d
+        bits = _BITS.get(t.Dtype())
+        if bits is None or length != (numel * bits + 7) // 8 or off + length > self._data_length:
+            raise MCPIRError(f"{self.path}: corrupt MCP-IR: bad weight record {t.Name()!r}")
+        return self._data_start + off, length
+
+    def external(self, t: fb.Tensor, absolute: int, length: int) -> bool:
+        """Hand a top-level initializer to onnxruntime as a view of the mapping, if it can take it."""
+        dt = t.Dtype()
+        spec = _NUMPY.get(dt) or _AS_BITS.get(dt)
+        if spec is None or length < _EXTERNAL_MIN_BYTES:
+            return False
+        dims = [t.Dims(j) for j in range(t.DimsLength())]
+        arr = np.frombuffer(self._mm, dtype=spec, count=length // np.dtype(spec).itemsize,
+                            offset=absolute).reshape(dims)
+        if dt in _NUMPY:
+            value = ort.OrtValue.ortvalue_from_numpy(arr)
+        elif hasattr(ort.OrtValue, "ortvalue_from_numpy_with_onnx_type"):
+            value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(arr, dt)
+        else:
+            return False
+        self._names.append(t.Name().decode("utf-8"))
+        self._values.append(value)
+        return True
+
+
+# -- protobuf wire format ------------------------------------------------------------------------
+
+def _varint(n: int) -> bytes:
+    n &= (1 << 64) - 1  # int64 fields: two's complement, as protobuf does
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _int(field: int, v: int) -> bytes:
+    return _varint(field << 3) + _varint(v)
+
+
+def _len(field: int, payload: bytes) -> bytes:
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _str(field: int, v: bytes | None) -> bytes:
+    return _len(field, v) if v else b""
+
+
+def _packed_ints(field: int, vs) -> bytes:  # noqa: ANN001
+    return _len(field, b"".join(_varint(int(v)) for v in vs)) if len(vs) else b""
+
+
+class _Lowering:
+    """MCP-IR FlatBuffer tables -> ONNX protobuf messages (field numbers from onnx.proto)."""
+
+    def __init__(self, owner: MCPIRModel) -> None:
+        self.o = owner
+        self.symbols: list[bytes] = []
+        self.depth = 0
+
+    def model(self, r: fb.Model) -> bytes:
+        self.symbols = [r.Symbols(j).Name() for j in range(r.SymbolsLength())]
+        parts = [_int(1, r.IrVersion())]
+        parts += [_len(8, self.opset(r.OpsetImports(j))) for j in range(r.OpsetImportsLength())]
+        parts += [_str(2, r.ProducerName()), _str(3, r.ProducerVersion()), _str(4, r.Domain()),
+                  _int(5, r.ModelVersion()) if r.ModelVersion() else b"", _str(6, r.DocString()),
+                  _len(7, self.graph(r.Graph(), top=True))]
+        parts += self.props(14, r)
+        parts += [_len(25, self.function(r.Functions(j))) for j in range(r.FunctionsLength())]
+        return b"".join(parts)
+
+    @staticmethod
+    def opset(o: fb.OperatorSetId) -> bytes:
+        return _str(1, o.Domain()) + _int(2, o.Version())
+
+    @staticmethod
+    def props(field: int, obj) -> list[bytes]:  # noqa: ANN001
+        out = []
+        for j in range(obj.MetadataPropsLength()):
+            kv = obj.MetadataProps(j)
+            out.append(_len(field, _str(1, kv.Key()) + _str(2, kv.Value())))
+        return out
+
+    def function(self, f: fb.Function) -> bytes:
+        p = [_str(1, f.Name())]
+        p += [_len(4, f.Inputs(j)) for j in range(f.InputsLength())]
+        p += [_len(5, f.Outputs(j)) for j in range(f.OutputsLength())]
+        p += [_len(6, f.Attributes(j)) for j in range(f.AttributesLength())]
+        p += [_len(11, self.attribute(f.AttributeProtos(j))) for j in range(f.AttributeProtosLength())]
+        p += [_len(7, self.node(f.Nodes(j))) for j in range(f.NodesLength())]
+        p += [_str(8, f.DocString())]
+        p += [_len(9, self.opset(f.OpsetImports(j))) for j in range(f.OpsetImportsLength())]
+        p += [_str(10, f.Domain()), _str(13, f.Overload())]
+        p += [_len(12, self.value(f.ValueInfo(j))) for j in range(f.ValueInfoLength())]
+        p += self.props(14, f)
+        return b"".join(p)
+
+    def graph(self, g: fb.Graph, top: bool = False) -> bytes:
+        self.depth += 1
+        if self.depth > 64:
+            raise MCPIRError("corrupt MCP-IR: subgraphs nested too deeply")
+        p = [_len(1, self.node(g.Nodes(j))) for j in range(g.NodesLength())]
+        p += [_str(2, g.Name())]
+        p += [_len(5, self.tensor(g.Initializers(j), top)) for j in range(g.InitializersLength())]
+        p += [_len(15, self.sparse(g.SparseInitializers(j))) for j in range(g.SparseInitializersLength())]
+        p += [_str(10, g.DocString())]
+        p += [_len(11, self.value(g.Inputs(j))) for j in range(g.InputsLength())]
+        p += [_len(12, self.value(g.Outputs(j))) for j in range(g.OutputsLength())]
+        p += [_len(13, self.value(g.ValueInfo(j))) for j in range(g.ValueInfoLength())]
+        p += self.props(16, g)
+        self.depth -= 1
+        return b"".join(p)
+
+    def node(self, n: fb.Node) -> bytes:
+        p = [_len(1, n.Inputs(j)) for j in range(n.InputsLength())]
+        p += [_len(2, n.Outputs(j)) for j in range(n.OutputsLength())]
+        p += [_str(3, n.Name()), _len(4, n.OpType()), _str(7, n.Domain()), _str(8, n.Overload())]
+        p += [_len(5, self.attribute(n.Attributes(j))) for j in range(n.AttributesLength())]
+        p += [_str(6, n.DocString())]
+        p += self.props(9, n)
+        return b"".join(p)
+
+    def value(self, v: fb.Value) -> bytes:
+        t = v.Type()
+        p = [_len(1, v.Name()), _len(2, self.type(t)) if t is not None else b"", _str(3, v.DocString())]
+        p += self.props(4, v)
+        return b"".join(p)
+
+    def type(self, t: fb.Type, depth: int = 0) -> bytes:
+        if depth > 64:
+            raise MCPIRError("corrupt MCP-IR: types nested too deeply")
+        kind = t.Kind()
+        inner = t.ValueType()
+        body = b""
+        if kind in (fb.TypeKind.TENSOR, fb.TypeKind.SPARSE_TENSOR):
+            body = _int(1, t.ElemType())
+            if t.HasShape():
+                body += _len(2, b"".join(_len(1, self.dim(t.Dims(j))) for j in range(t.DimsLength())))
+            field = 1 if kind == fb.TypeKind.TENSOR else 8
+        elif kind == fb.TypeKind.SEQUENCE:
+            body = _len(1, self.type(inner, depth + 1)) if inner is not None else b""
+            field = 4
+        elif kind == fb.TypeKind.MAP:
+            body = _int(1, t.KeyType()) + (_len(2, self.type(inner, depth + 1)) if inner is not None else b"")
+            field = 5
+        elif kind == fb.TypeKind.OPTIONAL:
+            body = _len(1, self.type(inner, depth + 1)) if inner is not None else b""
+            field = 9
+        else:
+            field = 0
+        out = _len(field, body) if field else b""
+        return out + _str(6, t.Denotation())
+
+    def dim(self, d: fb.Dim) -> bytes:
+        kind = d.Kind()
+        if kind == fb.DimKind.CONSTANT:
+            body = _int(1, d.Value())
+        elif kind == fb.DimKind.SYMBOL:
+            body = _len(2, self.symbol(d.Symbol()))
+        elif kind == fb.DimKind.EXPR:
+            body = _len(2, self.expr(d.Expr(), 0).encode())
+        else:
+            body = b""
+        return body + _str(3, d.Denotation())
+
+    def symbol(self, i: int) -> bytes:
+        if i >= len(self.symbols):
+            raise MCPIRError("corrupt MCP-IR: symbol index out of range")
+        return self.symbols[i]
+
+    _OPS = {fb.ExprOp.ADD: "+", fb.ExprOp.SUB: "-", fb.ExprOp.MUL: "*", fb.ExprOp.FLOOR_DIV: "//",
+            fb.ExprOp.CEIL_DIV: "/^", fb.ExprOp.MOD: "%", fb.ExprOp.MAX: "max", fb.ExprOp.MIN: "min"}
+
+    def expr(self, e: fb.ShapeExpr, depth: int) -> str:
+        """The same text the compiler's lowering writes as dim_param (mcp_compiler.ir.dims)."""
+        if e is None or depth > 64:
+            raise MCPIRError("corrupt MCP-IR: bad shape expression")
+        op = e.Op()
+        if op == fb.ExprOp.CONST:
+            return str(e.Value())
+        if op == fb.ExprOp.SYMBOL:
+            return self.symbol(e.Symbol()).decode("utf-8")
+        sym = self._OPS.get(op)
+        if sym is None:
+            raise MCPIRError("corrupt MCP-IR: bad shape expression")
+        a, b = self.expr(e.Lhs(), depth + 1), self.expr(e.Rhs(), depth + 1)
+        return f"{sym}({a}, {b})" if sym.isalpha() else f"({a} {sym} {b})"
+
+    def tensor(self, t: fb.Tensor, top: bool = False) -> bytes:
+        p = [_packed_ints(1, [t.Dims(j) for j in range(t.DimsLength())]), _int(2, t.Dtype()),
+             _str(8, t.Name()), _str(12, t.DocString())]
+        if t.Dtype() == 8:  # STRING
+            p += [_len(6, self.bytes_(t.StringData(j))) for j in range(t.StringDataLength())]
+        else:
+            absolute, length = self.o.tensor_bytes(t)
+            if top and t.Name() and self.o.external(t, absolute, length):
+                p.append(_len(13, _str(1, b"location") + _str(2, _PLACEHOLDER)))
+                p.append(_len(13, _str(1, b"length") + _str(2, str(length).encode())))
+                p.append(_int(14, 1))  # data_location = EXTERNAL
+            else:
+                p.append(_len(9, self.o._mm[absolute:absolute + length]))  # noqa: SLF001
+        p += self.props(16, t)
+        return b"".join(p)
+
+    @staticmethod
+    def bytes_(b: fb.Bytes) -> bytes:
+        return b.DataAsNumpy().tobytes() if b.DataLength() else b""
+
+    def sparse(self, s: fb.SparseTensor) -> bytes:
+        dims = s.DimsAsNumpy().tolist() if s.DimsLength() else []
+        return _len(1, self.tensor(s.Values())) + _len(2, self.tensor(s.Indices())) + _packed_ints(3, dims)
+
+    def attribute(self, a: fb.Attribute) -> bytes:
+        k = a.Type()
+        p = [_len(1, a.Name()), _int(20, k), _str(13, a.DocString())]
+        if a.RefAttrName():
+            p.append(_len(21, a.RefAttrName()))
+            return b"".join(p)
+        if k == 1:
+            p.append(_varint(2 << 3 | 5) + struct.pack("<f", a.F()))
+        elif k == 2:
+            p.append(_int(3, a.I()))
+        elif k == 3:
+            p.append(_len(4, a.SAsNumpy().tobytes() if a.SLength() else b""))
+        elif k == 4:
+            p.append(_len(5, self.tensor(a.T())))
+        elif k == 5:
+            p.append(_len(6, self.graph(a.G())))
+        elif k == 6:
+            p.append(_len(7, a.FloatsAsNumpy().astype("<f4").tobytes()) if a.FloatsLength() else b"")
+        elif k == 7:
+            p.append(_packed_ints(8, a.IntsAsNumpy().tolist() if a.IntsLength() else []))
+        elif k == 8:
+            p += [_len(9, self.bytes_(a.Strings(j))) for j in range(a.StringsLength())]
+        elif k == 9:
+            p += [_len(10, self.tensor(a.Tensors(j))) for j in range(a.TensorsLength())]
+        elif k == 10:
+            p += [_len(11, self.graph(a.Graphs(j))) for j in range(a.GraphsLength())]
+        elif k == 11:
+            p.append(_len(22, self.sparse(a.SparseTensor())))
+        elif k == 12:
+            p += [_len(23, self.sparse(a.SparseTensors(j))) for j in range(a.SparseTensorsLength())]
+        elif k == 13:
+            p.append(_len(14, self.type(a.Tp())))
+        elif k == 14:
+            p += [_len(15, self.type(a.TypeProtos(j))) for j in range(a.TypeProtosLength())]
+        return b"".join(p)
