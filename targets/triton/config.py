@@ -48,20 +48,23 @@ def batch_blocker(model: Model) -> str | None:
     """Why dynamic batching is impossible (naming the value), or None when every input and
     output has the same symbol at axis 0."""
     inputs, outputs = interface(model)
-    batch = None
-    for kind, v in [("input", x) for x in inputs] + [("output", x) for x in outputs]:
+    values = [("input", x) for x in inputs] + [("output", x) for x in outputs]
+    for kind, v in values:
         t = v.type
-        if not isinstance(t, TensorType) or t.shape is None or not t.shape:
+        if not isinstance(t, TensorType) or not t.shape:
             return f"{kind} {v.name!r} has no known rank"
-        d0 = t.shape[0]
-        if not isinstance(d0, str):
-            return f"{kind} {v.name!r} has {d0 if d0 is not None else 'an unknown dim'} at axis 0, not a batch symbol"
+    first = inputs[0].type.shape[0] if inputs else None
+    batch = first if isinstance(first, str) else None
+    for kind, v in values:
+        d0 = v.type.shape[0]
+        if batch is not None and d0 == batch:
+            continue
+        what = repr(d0) if isinstance(d0, str) else (str(d0) if d0 is not None else "an unknown dim")
         if batch is None:
-            batch = d0
-        elif d0 != batch:
-            where = next((i for i, d in enumerate(t.shape) if d == batch), None)
-            extra = f" (batch {batch!r} is at axis {where})" if where is not None else ""
-            return f"{kind} {v.name!r} has {d0!r} at axis 0, not the batch symbol {batch!r}{extra}"
+            return f"{kind} {v.name!r} has {what} at axis 0, not a batch symbol"
+        where = next((i for i, d in enumerate(v.type.shape) if d == batch), None)
+        extra = f"; its batch {batch!r} is at axis {where}" if where is not None else ""
+        return f"{kind} {v.name!r} has {what} at axis 0, not the batch symbol {batch!r}{extra}"
     return None
 
 

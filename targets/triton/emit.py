@@ -44,7 +44,7 @@ def write_runtime(dest: Path) -> list[Path]:
 
 def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params: ServingParams,
                     version: int = 1) -> EmitResult:
-    name = check_name(options.name or "model")
+    name = check_name(options.name if options.name is not None else "model")
     if options.backend not in ("python", "onnxruntime"):
         raise UsageError(f"--backend must be python or onnxruntime, got {options.backend!r}")
     out_dir = Path(out_dir)

@@ -40,7 +40,8 @@ class MCPIRModel:
     """A .mcpir file as an onnxruntime session."""
 
     def __init__(self, path: str | os.PathLike, *, providers: list[str] | None = None,
-                 intra_op_threads: int | None = None, options: ort.SessionOptions | None = None) -> None:
+                 intra_op_threads: int | None = None, options: ort.SessionOptions | None = None,
+                 keep_proto: bool = False) -> None:
         self.path = Path(path)
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -82,6 +83,8 @@ class MCPIRModel:
         if self._names:
             so.add_external_initializers(self._names, self._values)
         self.session = ort.InferenceSession(proto, so, providers=providers or ["CPUExecutionProvider"])
+        # The lowered ONNX (weights named, not included), for inspection and tests.
+        self.onnx_bytes = proto if keep_proto else None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 

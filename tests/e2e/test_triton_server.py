@@ -1,0 +1,141 @@
+"""End to end on a real Triton (tritonserver 2.51 from nvidia-pytriton) on 127.0.0.1.
+
+Converts the golden and zoo models into one repository, serves it, infers over HTTP and gRPC at
+two batch sizes, and compares with onnxruntime on the original models.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnx
+import pytest
+
+from mcp_compiler.api import ConvertOptions, convert
+from mcp_compiler.targets.triton.params import ServingParams
+
+from _helpers import GOLDEN, ZOO_INPUTS, golden_dirs, ort_run, zoo_models
+
+try:
+    import pytriton  # noqa: F401
+
+    HAVE_TRITON = True
+except ImportError:
+    HAVE_TRITON = False
+
+if not HAVE_TRITON and os.environ.get("CI"):
+    raise RuntimeError("CI must run the Triton end-to-end tests: install '.[dev,serve]'")
+pytestmark = pytest.mark.skipif(not HAVE_TRITON, reason="nvidia-pytriton not installed "
+                                "(pip install -e '.[serve]') - no tritonserver to test against")
+
+# Symbol sizes per model, for the zoo's all-symbolic inputs.
+ZOO_DIMS = {p.name: ZOO_INPUTS[p.name] for p in zoo_models()}
+
+
+def _models():
+    for d in golden_dirs():
+        yield d.name, d / "model.onnx", dict(np.load(d / "inputs.npz"))
+    for p in zoo_models():
+        x = np.random.default_rng(1).random(ZOO_DIMS[p.name], dtype=np.float32)
+        yield p.stem.replace(".", "_"), p, {"x": x}
+
+
+MODELS = list(_models())
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from mcp_compiler.serve import TritonServer
+
+    repo = tmp_path_factory.mktemp("repo")
+    for name, src, _ in MODELS:
+        convert(src, repo, ConvertOptions(target="triton-v1.12", name=name,
+                                          serving=ServingParams(max_queue_delay_us=2000)))
+    s = TritonServer(repo)
+    s.start()
+    yield s
+    s.close()
+
+
+def _batched(name: str, feeds: dict, batch: int) -> dict | None:
+    """`feeds` with `batch` samples at axis 0 when that axis is dynamic in every input; for a
+    model with a fixed axis 0, its own feeds once (batch 1) and None otherwise."""
+    src = next(s for n, s, _ in MODELS if n == name)
+    m = onnx.load(src, load_external_data=False)
+    dynamic = all(not vi.type.tensor_type.shape.dim[0].HasField("dim_value") for vi in m.graph.input)
+    if not dynamic:
+        return feeds if batch == 1 else None
+    # distinct samples, so that a mix-up between batch rows would show
+    return {k: np.concatenate([v[:1] * (1 + 0.25 * i) for i in range(batch)]).astype(v.dtype)
+            for k, v in feeds.items()}
+
+
+def _infer(client_mod, url: str, name: str, feeds: dict, outputs: list[str]) -> list[np.ndarray]:
+    from tritonclient.utils import np_to_triton_dtype
+
+    c = client_mod.InferenceServerClient(url)
+    try:
+        inputs = []
+        for k, v in feeds.items():
+            i = client_mod.InferInput(k, list(v.shape), np_to_triton_dtype(v.dtype))
+            i.set_data_from_numpy(v)
+            inputs.append(i)
+        r = c.infer(name, inputs, outputs=[client_mod.InferRequestedOutput(o) for o in outputs])
+        return [r.as_numpy(o) for o in outputs]
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("name", [n for n, _, _ in MODELS])
+def test_served_outputs_match_onnxruntime(server, name, protocol):
+    import tritonclient.grpc as tg
+    import tritonclient.http as th
+
+    client_mod, url = (th, server.http_url) if protocol == "http" else (tg, server.grpc_url)
+    src, feeds = next((s, f) for n, s, f in MODELS if n == name)
+    outputs = [o.name for o in onnx.load(src, load_external_data=False).graph.output]
+    tried = 0
+    for batch in (1, 2):
+        f = _batched(name, feeds, batch)
+        if f is None:
+            continue
+        tried += 1
+        want = ort_run(src, f)
+        got = _infer(client_mod, url, name, f, outputs)
+        for o, a, b in zip(outputs, want, got):
+            assert b.shape == a.shape, o
+            np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6, err_msg=f"{name}:{o}")
+    assert tried >= 1
+
+
+def test_concurrent_requests_are_batched_correctly(server):
+    # 16 concurrent single-sample requests: Triton's dynamic batcher hands several to model.py
+    # at once, which runs them as one batch and splits the outputs back.
+    import tritonclient.http as th
+
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((1, 16)).astype(np.float32) for _ in range(16)]
+
+    def one(x):
+        return _infer(th, server.http_url, "mlp", {"x": x}, ["y"])[0]
+
+    with ThreadPoolExecutor(16) as ex:
+        got = list(ex.map(one, xs))
+    for x, y in zip(xs, got):
+        np.testing.assert_allclose(y, ort_run(GOLDEN / "mlp" / "model.onnx", {"x": x})[0], rtol=1e-6, atol=1e-7)
+    import urllib.request
+
+    metrics = urllib.request.urlopen(f"http://{server.http_url}/v2/models/mlp/stats").read().decode()
+    assert '"inference_count"' in metrics
+
+
+def test_cli_serve_help():
+    from typer.testing import CliRunner
+
+    from mcp_compiler.cli import app
+
+    r = CliRunner().invoke(app, ["serve", "--help"])
+    assert r.exit_code == 0 and "127.0.0.1" in r.output

@@ -1,0 +1,210 @@
+"""`convert --target triton-v1.12`: repository layout, config from the contract, safety of outputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from google.protobuf import text_format
+from onnx import TensorProto, helper
+from tritonclient.grpc import model_config_pb2 as mc
+from typer.testing import CliRunner
+
+from mcp_compiler.cli import app
+from mcp_compiler.targets.triton.config import sanitize_name
+
+from _helpers import GOLDEN, ZOO_INPUTS, zoo_models
+
+runner = CliRunner()
+T = "triton-v1.12"
+MLP = GOLDEN / "mlp" / "model.onnx"
+
+
+def _convert(*args: str):
+    return runner.invoke(app, ["convert", *args])
+
+
+def _config(path) -> mc.ModelConfig:
+    return text_format.Parse((path / "config.pbtxt").read_text(), mc.ModelConfig())
+
+
+def test_targets_lists_triton():
+    r = runner.invoke(app, ["targets", "--json"])
+    assert r.exit_code == 0
+    assert [t["name"] for t in json.loads(r.output)] == [T]
+
+
+def test_unknown_target_lists_known(tmp_path):
+    r = _convert("-i", str(MLP), "-t", "tensorrt", "-o", str(tmp_path))
+    assert r.exit_code == 2 and "unknown target 'tensorrt'; known targets: triton-v1.12" in r.output
+
+
+def test_python_backend_repository(tmp_path):
+    r = _convert("-i", str(MLP), "-t", T, "-o", str(tmp_path / "repo"), "--name", "mlp", "--verify")
+    assert r.exit_code == 0, r.output
+    root = tmp_path / "repo" / "mlp"
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    assert files == ["1/mcp_runtime/__init__.py", "1/mcp_runtime/mcp_ir.fbs",
+                     "1/mcp_runtime/mcp_ir_generated.py", "1/mcp_runtime/runtime.py",
+                     "1/mcp_runtime/verify.py", "1/model.mcpir", "1/model.py", "config.pbtxt"]
+    cfg = _config(root)
+    assert cfg.name == "mlp" and cfg.backend == "python"
+    # batch symbol N on every input and output: dynamic batching, batch axis left out of dims
+    assert cfg.max_batch_size == 8 and cfg.HasField("dynamic_batching")
+    assert [(i.name, i.data_type, list(i.dims)) for i in cfg.input] == [("x", mc.TYPE_FP32, [16])]
+    assert [(o.name, list(o.dims)) for o in cfg.output] == [("y", [10])]
+    assert cfg.parameters["quantization_level"].string_value == "none"
+    assert "max abs 0," in r.output  # verify ran on the emitted runtime: bit-exact
+
+
+def test_default_repository_and_name_from_stem(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "My Model v2.onnx"
+    src.write_bytes(MLP.read_bytes())
+    assert _convert("-i", str(src), "-t", T).exit_code == 0
+    assert (tmp_path / "model_repository" / "My_Model_v2" / "config.pbtxt").exists()
+    assert sanitize_name("../../etc") == "_.._etc"
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", ".hidden", "-x", ""])
+def test_bad_names_rejected(tmp_path, name):
+    r = _convert("-i", str(MLP), "-t", T, "-o", str(tmp_path / "repo"), "--name", name)
+    assert r.exit_code == 2 and "is not accepted" in r.output
+    assert not any((tmp_path / "repo").rglob("*.pbtxt")) if (tmp_path / "repo").exists() else True
+    assert not (tmp_path / "x").exists()
+
+
+def test_existing_entry_needs_force_and_failures_keep_it(tmp_path):
+    repo = tmp_path / "repo"
+    args = ["-i", str(MLP), "-t", T, "-o", str(repo), "--name", "m"]
+    assert _convert(*args).exit_code == 0
+    before = (repo / "m" / "1" / "model.mcpir").read_bytes()
+    r = _convert(*args)
+    assert r.exit_code == 2 and "pass --force" in r.output
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08garbage")
+    assert _convert("-i", str(bad), "-t", T, "-o", str(repo), "--name", "m", "--force").exit_code == 2
+    assert (repo / "m" / "1" / "model.mcpir").read_bytes() == before
+    assert _convert(*args, "--force", "--max-batch-size", "4").exit_code == 0
+    assert _config(repo / "m").max_batch_size == 4
+    assert sorted(p.name for p in repo.iterdir()) == ["m"]  # no temp folders left
+
+
+def _state_model(tmp_path):
+    # An RNN-like state input with its batch at axis 1: blocks dynamic batching.
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "h"], ["y"])], "state",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4]),
+         helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, "batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "batch", 4])])
+    p = tmp_path / "state.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p)
+    return p
+
+
+def test_batch_blocker_warns_and_forcing_fails(tmp_path):
+    src = _state_model(tmp_path)
+    r = _convert("-i", str(src), "-t", T, "-o", str(tmp_path / "repo"))
+    assert r.exit_code == 0
+    assert "dynamic batching off" in r.output and "input 'h'" in r.output and "axis 1" in r.output
+    cfg = _config(tmp_path / "repo" / "state")
+    assert cfg.max_batch_size == 0 and not cfg.HasField("dynamic_batching")
+    assert list(cfg.input[1].dims) == [1, -1, 4]
+    r = _convert("-i", str(src), "-t", T, "-o", str(tmp_path / "repo2"), "--dynamic-batch", "true")
+    assert r.exit_code == 2 and "cannot batch this model" in r.output
+    assert not (tmp_path / "repo2" / "state").exists()
+    r = _convert("-i", str(MLP), "-t", T, "-o", str(tmp_path / "r3"), "--no-dynamic-batch")
+    assert _config(tmp_path / "r3" / "model").max_batch_size == 0
+
+
+def test_build_file_and_flags(tmp_path):
+    cfg_file = tmp_path / "mcp.yaml"
+    cfg_file.write_text("max_batch_size: 32\npreferred_batch_size: [4, 8]\nmax_queue_delay_us: 500\n"
+                        "max_concurrent_requests: 64\ninference_timeout_ms: 250\ninstance_count: 2\n"
+                        "model_warmup: true\n")
+    r = _convert("-i", str(MLP), "-t", T, "-o", str(tmp_path / "repo"), "--config", str(cfg_file),
+                 "--instance-count", "3")
+    assert r.exit_code == 0, r.output
+    cfg = _config(tmp_path / "repo" / "model")
+    assert cfg.max_batch_size == 32
+    db = cfg.dynamic_batching
+    assert list(db.preferred_batch_size) == [4, 8] and db.max_queue_delay_microseconds == 500
+    q = db.default_queue_policy
+    assert q.max_queue_size == 64 and q.default_timeout_microseconds == 250_000
+    assert q.timeout_action == mc.ModelQueuePolicy.REJECT
+    assert cfg.instance_group[0].count == 3 and cfg.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+    w = cfg.model_warmup[0]
+    assert w.batch_size == 1 and list(w.inputs["x"].dims) == [16] and w.inputs["x"].random_data
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("max_batch: 4\n", "line 1: unknown key 'max_batch'"),
+    ("kind: cpu\nmax_batch_size: many\n", "line 2: max_batch_size must be a int"),
+    ("kind: tpu\n", "kind must be cpu or gpu"),
+    ("tensor_parallel_size: 2\n", "needs kind: gpu"),
+    ("[1, 2\n", "not valid YAML"),
+    ("quantization_level: int8\n", "quantization_level must be one of"),
+])
+def test_build_file_errors(tmp_path, text, expect):
+    cfg_file = tmp_path / "mcp.yaml"
+    cfg_file.write_text(text)
+    r = _convert("-i", str(MLP), "-t", T, "-o", str(tmp_path / "repo"), "--config", str(cfg_file))
+    assert r.exit_code == 2 and expect in r.output, r.output
+    assert not (tmp_path / "repo" / "model").exists()
+
+
+def test_gpu_tensor_parallel_placement(tmp_path):
+    r = _convert("-i", str(MLP), "-t", T, "-o", str(tmp_path / "repo"), "--kind", "gpu",
+                 "--tensor-parallel-size", "2")
+    assert r.exit_code == 0, r.output
+    g = _config(tmp_path / "repo" / "model").instance_group[0]
+    assert g.kind == mc.ModelInstanceGroup.KIND_GPU and list(g.gpus) == [0, 1]
+
+
+def test_onnxruntime_backend(tmp_path):
+    src = zoo_models()[2]  # the direction classifier
+    r = _convert("-i", str(src), "-t", T, "-o", str(tmp_path / "repo"), "--backend", "onnxruntime",
+                 "--verify", "--dims", "p2o.DynamicDimension.0=1")
+    assert r.exit_code == 0, r.output
+    root = tmp_path / "repo" / src.stem.replace(".", ".")
+    root = next((tmp_path / "repo").iterdir())
+    cfg = _config(root)
+    assert cfg.platform == "onnxruntime_onnx" and cfg.backend == "onnxruntime"
+    assert (root / "1" / "model.onnx").exists() and not (root / "1" / "model.py").exists()
+
+
+def test_verify_catches_a_wrong_model(tmp_path):
+    repo = tmp_path / "repo"
+    assert _convert("-i", str(MLP), "-t", T, "-o", str(repo), "--name", "m").exit_code == 0
+    # Put another model's repository entry in its place: same interface, other weights.
+    other = GOLDEN / "mlp" / "model.onnx"
+    m = onnx.load(other)
+    w = onnx.numpy_helper.to_array(m.graph.initializer[0]) * 1.5
+    m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, m.graph.initializer[0].name))
+    onnx.save(m, tmp_path / "other.onnx")
+    r = runner.invoke(app, ["verify", "-i", str(tmp_path / "other.onnx"), "-r", str(repo / "m")])
+    assert r.exit_code == 1 and "differs from onnxruntime" in r.output
+    r = runner.invoke(app, ["verify", "-i", str(MLP), "-r", str(repo / "m"), "--samples", "3", "--json"])
+    rep = json.loads(r.output)
+    assert r.exit_code == 0 and rep["ok"] and rep["outputs"][0]["cosine"] == pytest.approx(1.0)
+
+
+def test_verify_on_zoo_models(tmp_path):
+    for src in zoo_models():
+        n, c, h, w = ZOO_INPUTS[src.name]
+        r = _convert("-i", str(src), "-t", T, "-o", str(tmp_path / "repo"), "--verify",
+                     "--dims", f"p2o.DynamicDimension.0={n},p2o.DynamicDimension.1={w}"
+                     if "rec" in src.name else f"p2o.DynamicDimension.0={h},p2o.DynamicDimension.1={w}")
+        assert r.exit_code == 0, r.output
+
+
+def test_mcpir_output_with_target_is_a_usage_error(tmp_path):
+    r = _convert("-i", str(MLP), "-t", T, "-o", str(tmp_path / "x.mcpir"))
+    assert r.exit_code == 2 and "model repository folder" in r.output
+
+
+def test_quantization_not_yet(tmp_path):
+    r = _convert("-i", str(MLP), "-t", T, "-o", str(tmp_path / "repo"), "--quantize", "int4")
+    assert r.exit_code == 2 and "not implemented yet" in r.output
