@@ -233,13 +233,19 @@ def serve(
 
         if (http_port is None) != (grpc_port is None):
             raise UsageError("give both --http-port and --grpc-port, or neither")
-        server = TritonServer(repository, explicit=explicit, http_port=http_port, grpc_port=grpc_port)
+        # A model that fails to load is reported, not fatal: the others keep serving.
+        server = TritonServer(repository, explicit=explicit, http_port=http_port, grpc_port=grpc_port,
+                              extra_args=["--exit-on-error=false", "--strict-readiness=false"])
         with rep.status("starting tritonserver"):
             server.start()
         try:
             rep.out.print(f"Triton is serving {repository}\n  HTTP  http://{server.http_url}\n"
-                          f"  gRPC  {server.grpc_url}\n  log   {server.log_path}\nCtrl-C stops it.",
-                          markup=False)
+                          f"  gRPC  {server.grpc_url}\n  log   {server.log_path}", markup=False)
+            for m in server.models():
+                reason = f" ({m['reason']})" if m.get("reason") else ""
+                rep.out.print(f"  model {m['name']} v{m.get('version', '?')}: {m.get('state', '?')}{reason}",
+                              markup=False)
+            rep.out.print("Ctrl-C stops it.", markup=False)
             while server.proc.poll() is None:
                 time.sleep(0.5)
             raise ServerError(f"tritonserver exited with code {server.proc.returncode} (log: {server.log_path})")

@@ -159,6 +159,15 @@ class TritonServer:
         raise ServerError(f"tritonserver not ready after {self.startup_timeout:.0f} s: "
                           f"{self._last_error()} (log: {self.log_path})")
 
+    def models(self) -> list[dict]:
+        """The repository index: name, version, state and reason of every model."""
+        import json
+
+        req = urllib.request.Request(f"http://{self.http_url}/v2/repository/index", data=b"{}",
+                                     method="POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
     def log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
