@@ -29,6 +29,9 @@ class ConvertOptions:
     serving: Any = None             # targets.triton.params.ServingParams
     verify: bool = False            # run verify() right after emitting
     verify_dims: dict[str, int] = field(default_factory=dict)
+    passes: list[str] | None = None     # None: the target's default pipeline (none without target)
+    disabled_passes: set[str] = field(default_factory=set)
+    verify_each: bool = False           # check IR invariants after every pass
 
 
 @dataclass
@@ -44,6 +47,7 @@ class ConvertReport:
     seconds: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     verification: dict | None = None
+    passes: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,10 +101,17 @@ def convert(input: str | os.PathLike, output: str | os.PathLike | None,
     t0 = time.perf_counter()
     loaded = load_onnx(input, check=options.check, infer_shapes=options.infer_shapes)
     t1 = time.perf_counter()
+    records = []
+    if target is not None or options.passes:
+        from . import pipeline
+
+        pm = pipeline.build(target, options.passes, options.disabled_passes, options.verify_each)
+        _, records = pm.run(loaded.model)
+    tp = time.perf_counter()
     s = summarize(loaded.model, "onnx")
     report = ConvertReport(input=str(input), output=str(output), nodes=s.nodes, weights=s.weights,
                            weight_bytes=s.weight_bytes, output_bytes=0, target=options.target,
-                           warnings=list(loaded.warnings))
+                           warnings=list(loaded.warnings), passes=[asdict(r) for r in records])
     if target is None:
         stats = write_mcpir(loaded.model, output)
         report.output_bytes = stats.file_bytes
@@ -119,7 +130,7 @@ def convert(input: str | os.PathLike, output: str | os.PathLike | None,
         report.output_bytes = sum((result.root / f).stat().st_size for f in result.files)
         report.warnings += result.warnings
     t2 = time.perf_counter()
-    report.seconds = {"load": round(t1 - t0, 4), "emit": round(t2 - t1, 4)}
+    report.seconds = {"load": round(t1 - t0, 4), "passes": round(tp - t1, 4), "emit": round(t2 - tp, 4)}
     if options.verify:
         if target is None:
             raise UsageError("--verify needs --target (it checks the emitted repository)")

@@ -126,6 +126,13 @@ def convert(
                                               "warm-up inputs, e.g. H=64,W=64."),
     verify_: bool = typer.Option(False, "--verify", help="Run `verify` on the result (exit 1 if it fails)."),
     dims: Optional[str] = typer.Option(None, "--dims", help="Symbol sizes for --verify, e.g. N=2,H=64."),
+    passes: Optional[str] = typer.Option(None, "--passes", metavar="NAME[,NAME...]",
+                                         help="Run these passes instead of the default pipeline "
+                                              "(see `mcp-cli passes`)."),
+    disable_pass: Optional[list[str]] = typer.Option(None, "--disable-pass", help="Skip a pass (repeatable)."),
+    verify_each: bool = typer.Option(False, "--verify-each", help="Check IR invariants after every pass."),
+    report_path: Optional[Path] = typer.Option(None, "--report", help="Write the conversion report (JSON) here."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show per-pass times and node counts."),
     check: bool = typer.Option(True, "--check/--no-check", help="Run onnx.checker on the input."),
     infer_shapes: bool = typer.Option(True, "--infer-shapes/--no-infer-shapes",
                                       help="Run ONNX shape inference before import."),
@@ -138,7 +145,9 @@ def convert(
     def body() -> None:
         opts = api.ConvertOptions(check=check, infer_shapes=infer_shapes, target=target, name=name,
                                   backend=backend, force=force, verify=verify_,
-                                  verify_dims=_parse_dims(dims))
+                                  verify_dims=_parse_dims(dims),
+                                  passes=[p.strip() for p in passes.split(",") if p.strip()] if passes else None,
+                                  disabled_passes=set(disable_pass or ()), verify_each=verify_each)
         if target is not None:
             from .targets.triton.params import load_build_file, resolve
 
@@ -168,7 +177,11 @@ def convert(
             raise UsageError("--config and --dynamic-batch need --target")
         with rep.status(f"converting {input}"):
             report = api.convert(input, output, opts)
-        rep.converted(report)
+        if report_path is not None:
+            import json
+
+            report_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        rep.converted(report, verbose=verbose)
 
     _run(rep, debug, body)
 
@@ -196,6 +209,22 @@ def verify(
         r.raise_if_failed()
 
     _run(rep, debug, body)
+
+
+@app.command("passes")
+def list_passes(json_out: bool = JsonOpt) -> None:
+    """List the passes --passes and --disable-pass accept, in default-pipeline order."""
+    from .passes import PASSES
+
+    rep = Reporter(json_mode=json_out)
+    rows = [{"name": n, "summary": (c.__doc__ or "").strip().splitlines()[0],
+             "requires": sorted(p.value for p in c.requires),
+             "establishes": sorted(p.value for p in c.establishes)} for n, c in PASSES.items()]
+    if json_out:
+        rep.json(rows)
+    else:
+        for r in rows:
+            rep.out.print(f"{r['name']}: {r['summary']}", markup=False)
 
 
 @app.command()

@@ -46,7 +46,7 @@ class Reporter:
         return contextlib.nullcontext()
 
     # -- convert ------------------------------------------------------------------------------
-    def converted(self, r: ConvertReport) -> None:
+    def converted(self, r: ConvertReport, verbose: bool = False) -> None:
         if self.json_mode:
             self.json({"ok": True, **r.to_dict()})
             return
@@ -56,6 +56,13 @@ class Reporter:
         self.out.print(f"wrote {r.output}: {r.nodes} nodes, {r.weights} weights "
                        f"({_mb(r.weight_bytes)}), {_mb(r.output_bytes)} on disk, {secs:.2f} s",
                        markup=False)
+        if r.passes:
+            changed = [p for p in r.passes if p["modified"]]
+            delta = r.passes[0]["nodes_before"] - r.passes[-1]["nodes_after"]
+            self.out.print(f"passes: {len(r.passes)} run, {len(changed)} changed the model, "
+                           f"{delta} nodes removed", markup=False)
+            if verbose:
+                self._pass_table(r.passes)
         if r.target:
             for f in r.files:
                 self.out.print(f"  {f}", markup=False)
@@ -66,6 +73,23 @@ class Reporter:
             v.pop("ok", None)
             v["outputs"] = [OutputCheck(**o) for o in v["outputs"]]
             self.verified(VerifyReport(**v))
+
+    def _pass_table(self, passes: list[dict]) -> None:
+        if self.rich:
+            t = Table(title="passes", title_justify="left")
+            for c in ("pass", "round", "modified", "ms", "nodes", "stats"):
+                t.add_column(c)
+            for p in passes:
+                t.add_row(p["name"], str(p["iteration"]), "yes" if p["modified"] else "no",
+                          f"{p['seconds'] * 1e3:.1f}", f"{p['nodes_before']} -> {p['nodes_after']}",
+                          ", ".join(f"{k}={v}" for k, v in p["stats"].items()))
+            self.out.print(t)
+            return
+        for p in passes:
+            stats = ", ".join(f"{k}={v}" for k, v in p["stats"].items())
+            self.out.print(f"  {p['name']} (round {p['iteration']}): "
+                           f"{'modified' if p['modified'] else 'unchanged'}, {p['seconds'] * 1e3:.1f} ms, "
+                           f"nodes {p['nodes_before']} -> {p['nodes_after']} {stats}", markup=False)
 
     # -- verify -------------------------------------------------------------------------------
     def verified(self, r) -> None:  # noqa: ANN001 - verify.VerifyReport

@@ -1,1 +1,29 @@
-"""Pass framework and passes (installed as mcp_compiler.passes)."""
+"""Pass framework and passes (installed as mcp_compiler.passes).
+
+`PASSES` is the one table of passes by name; nothing registers itself on import.
+"""
+
+from __future__ import annotations
+
+from ._infra import (Pass, PassContext, PassError, PassManager, PassRecord, PassResult,
+                     PipelineError, Property, Repeat)
+from .normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
+                        DeadCodeEliminationPass, DeduplicateWeightsPass, IdentityEliminationPass)
+
+
+def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
+    table: dict[str, type[Pass]] = {}
+    for c in classes:
+        if c.name in table:
+            raise ValueError(f"two passes named {c.name!r}")
+        table[c.name] = c
+    return table
+
+
+PASSES: dict[str, type[Pass]] = _table(
+    ConstantToInitializerPass, IdentityEliminationPass, CommonSubexpressionEliminationPass,
+    DeadCodeEliminationPass, DeduplicateWeightsPass,
+)
+
+__all__ = ["PASSES", "Pass", "PassContext", "PassError", "PassManager", "PassRecord", "PassResult",
+           "PipelineError", "Property", "Repeat"]

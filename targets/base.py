@@ -46,6 +46,10 @@ class Target(abc.ABC):
                 hint="convert the model to a supported opset first")
         return []
 
+    def legalize_passes(self) -> list:
+        """The target's rewrite rules, run after normalization (passes from mcp_compiler.passes)."""
+        return []
+
     @abc.abstractmethod
     def emit(self, model: Model, out_dir: Path, options: TargetOptions) -> EmitResult:
         """Write the target's artifacts for `model` under `out_dir`, atomically."""

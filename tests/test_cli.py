@@ -102,3 +102,21 @@ def test_deterministic_output(tmp_path):
         assert runner.invoke(app, ["convert", "-i", str(MLP), "-o", str(tmp_path / f"{name}.mcpir")]).exit_code == 0
     assert (tmp_path / "a.mcpir").read_bytes() == (tmp_path / "b.mcpir").read_bytes()
     assert onnx.load(MLP)  # the input is untouched and still loads
+
+
+def test_passes_report_and_listing(tmp_path):
+    r = runner.invoke(app, ["passes"])
+    assert r.exit_code == 0 and "constant-to-initializer:" in r.output
+    src = GOLDEN / "convnet" / "model.onnx"
+    rep = tmp_path / "report.json"
+    r = runner.invoke(app, ["convert", "-i", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
+                            "--report", str(rep), "-v", "--verify-each", "--disable-pass", "deduplicate-weights"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(rep.read_text())
+    names = [p["name"] for p in data["passes"]]
+    assert "deduplicate-weights" not in names and names[0] == "constant-to-initializer"
+    assert all({"seconds", "nodes_before", "nodes_after", "modified", "stats"} <= set(p) for p in data["passes"])
+    assert "identity-elimination (round 0)" in r.output
+    r = runner.invoke(app, ["convert", "-i", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "r2"),
+                            "--passes", "dead-code-elimination,frobnicate"])
+    assert r.exit_code == 2 and "unknown pass 'frobnicate'" in r.output

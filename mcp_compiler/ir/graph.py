@@ -75,6 +75,13 @@ class Value:
         self.doc_string = ""
         self.metadata_props: dict[str, str] = {}
 
+    def replace_all_uses_with(self, other: Value) -> int:
+        """Point every consumer of this value at `other`; returns how many inputs changed."""
+        uses = list(self.uses)
+        for node, index in uses:
+            node.set_input(index, other)
+        return len(uses)
+
     def __repr__(self) -> str:
         return f"Value({self.name!r})"
 
@@ -147,6 +154,16 @@ class Graph:
         self.value_info: dict[str, Value] = {}
         self.doc_string = ""
         self.metadata_props: dict[str, str] = {}
+
+    def remove_node(self, node: Node) -> None:
+        """Drop a node whose outputs nothing uses, detaching it from its inputs' use lists."""
+        for o in node.outputs:
+            if o.uses:
+                raise ValueError(f"cannot remove {node!r}: output {o.name!r} still has uses")
+            o.producer = None
+        for i in range(len(node.inputs)):
+            node.set_input(i, None)
+        self.nodes.remove(node)
 
     def walk(self) -> Iterator[Node]:
         """Every node of this graph and its subgraphs, depth first."""

@@ -22,6 +22,13 @@ class TritonTarget(Target):
     # than 7 is outside what its kernels are registered for.
     opset_range: ClassVar[tuple[int, int]] = (7, 23)
 
+    def legalize_passes(self) -> list:
+        # The serving runtime hands onnxruntime initializers as views of the mapped .mcpir, but
+        # must embed Constant-node tensors in the protobuf: weights belong in initializers.
+        from mcp_compiler.passes.normalize import ConstantToInitializerPass
+
+        return [ConstantToInitializerPass()]
+
     def emit(self, model: Model, out_dir: Path, options: TargetOptions) -> EmitResult:
         from .emit import emit_repository
 

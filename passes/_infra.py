@@ -1,0 +1,147 @@
+"""The pass framework: Pass, PassResult, PassContext, PassManager (ir-py's shape, TVM's context)."""
+
+from __future__ import annotations
+
+import abc
+import enum
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from mcp_compiler.errors import McpError
+from mcp_compiler.ir import Model
+
+
+class Property(enum.Enum):
+    """Facts about a model that passes need or establish."""
+
+    NO_CONSTANT_NODES = "no-constant-nodes"
+    NO_DEAD_CODE = "no-dead-code"
+    TARGET_LEGAL = "target-legal"
+
+
+class PassError(McpError):
+    """A pass failed; names the pass and the ones that ran before it."""
+
+    exit_code = 1
+
+    def __init__(self, name: str, previous: Sequence[str], cause: BaseException) -> None:
+        self.pass_name, self.previous, self.cause = name, list(previous), cause
+        after = f" (after {', '.join(previous)})" if previous else ""
+        super().__init__(f"pass {name} failed{after}: {type(cause).__name__}: {cause}")
+
+
+class PipelineError(McpError):
+    """The pipeline is ill-formed: a pass needs a property no earlier pass establishes."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class PassResult:
+    model: Model
+    modified: bool
+    stats: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class PassContext:
+    """Options every pass may read; no globals, no environment variables."""
+
+    verify_each: bool = False
+    disabled: set[str] = field(default_factory=set)
+    target: Any = None
+    fold_size_limit: int = 1 << 20   # bytes: constant folding never makes a tensor larger
+
+
+class Pass(abc.ABC):
+    name: ClassVar[str]
+    requires: ClassVar[frozenset[Property]] = frozenset()
+    establishes: ClassVar[frozenset[Property]] = frozenset()
+    # Properties a modifying run keeps; None: keeps all it does not establish itself.
+    preserves: ClassVar[frozenset[Property] | None] = None
+
+    @abc.abstractmethod
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        """Rewrite `model` in place."""
+
+
+@dataclass
+class PassRecord:
+    name: str
+    modified: bool
+    seconds: float
+    nodes_before: int
+    nodes_after: int
+    stats: dict[str, int]
+    iteration: int = 0
+
+
+def count_nodes(model: Model) -> int:
+    return sum(1 for _ in model.graph.walk())
+
+
+class Repeat:
+    """Run a group of passes until none modifies the model (at most `max_steps` rounds)."""
+
+    def __init__(self, passes: Sequence[Pass], max_steps: int = 4) -> None:
+        self.passes = list(passes)
+        self.max_steps = max_steps
+
+
+class PassManager:
+    def __init__(self, steps: Sequence[Pass | Repeat], ctx: PassContext | None = None,
+                 initial: frozenset[Property] = frozenset()) -> None:
+        self.ctx = ctx or PassContext()
+        self.steps = [s for s in steps if not (isinstance(s, Pass) and s.name in self.ctx.disabled)]
+        for s in self.steps:
+            if isinstance(s, Repeat):
+                s.passes = [p for p in s.passes if p.name not in self.ctx.disabled]
+        self._check_plan(initial)
+
+    def _flat(self) -> list[Pass]:
+        return [p for s in self.steps for p in (s.passes if isinstance(s, Repeat) else [s])]
+
+    def _check_plan(self, have: frozenset[Property]) -> None:
+        props = set(have)
+        for p in self._flat():
+            missing = p.requires - props
+            if missing:
+                raise PipelineError(f"pass {p.name} requires {', '.join(m.value for m in missing)}, "
+                                    "which no earlier pass establishes")
+            if p.preserves is not None:
+                props &= set(p.preserves)
+            props |= p.establishes
+
+    def run(self, model: Model) -> tuple[Model, list[PassRecord]]:
+        records: list[PassRecord] = []
+        done: list[str] = []
+        for step in self.steps:
+            if isinstance(step, Pass):
+                self._one(step, model, records, done, 0)
+                continue
+            for it in range(step.max_steps):
+                if not any([self._one(p, model, records, done, it) for p in step.passes]):
+                    break
+        return model, records
+
+    def _one(self, p: Pass, model: Model, records: list[PassRecord], done: list[str], it: int) -> bool:
+        from mcp_compiler.ir.verify import verify
+
+        before = count_nodes(model)
+        t0 = time.perf_counter()
+        try:
+            result = p.run(model, self.ctx)
+            if not isinstance(result, PassResult):
+                raise TypeError(f"returned {type(result).__name__}, not PassResult")
+            if self.ctx.verify_each:
+                verify(result.model)
+        except McpError:
+            raise
+        except Exception as e:  # noqa: BLE001 - wrapped with the pass's name
+            raise PassError(p.name, done, e) from e
+        records.append(PassRecord(p.name, result.modified, round(time.perf_counter() - t0, 6),
+                                  before, count_nodes(model), dict(result.stats), it))
+        done.append(p.name)
+        return result.modified

@@ -1,0 +1,58 @@
+"""Merge nodes that compute the same thing."""
+
+from __future__ import annotations
+
+from mcp_compiler.ir import AttrType, Model, Node
+
+from .._infra import Pass, PassContext, PassResult
+
+# Ops whose results differ between two calls with the same inputs.
+_NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                     "Multinomial", "Bernoulli", "Dropout"}
+
+
+class CommonSubexpressionEliminationPass(Pass):
+    """op(a, b; attrs) twice -> once: a node with the same op, domain, inputs (the same values)
+    and attributes as an earlier node in the same graph is replaced by that node's outputs.
+
+    Not applied to random ops, to nodes with subgraph or tensor attributes, or where a duplicate's
+    output is a graph output.
+    """
+
+    name = "common-subexpression-elimination"
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        merged = 0
+        for g in model.all_graphs():
+            outputs = {id(v) for v in g.outputs}
+            seen: dict[tuple, Node] = {}
+            for n in list(g.nodes):
+                key = _key(n)
+                if key is None:
+                    continue
+                first = seen.get(key)
+                if first is None:
+                    seen[key] = n
+                    continue
+                if any(id(o) in outputs for o in n.outputs):
+                    continue
+                for mine, theirs in zip(n.outputs, first.outputs):
+                    mine.replace_all_uses_with(theirs)
+                g.remove_node(n)
+                merged += 1
+        return PassResult(model, merged > 0, {"nodes_merged": merged})
+
+
+def _key(n: Node) -> tuple | None:
+    if n.op_type in _NONDETERMINISTIC:
+        return None
+    attrs = []
+    for a in n.attributes.values():
+        if a.type in (AttrType.GRAPH, AttrType.GRAPHS, AttrType.TENSOR, AttrType.TENSORS,
+                      AttrType.SPARSE_TENSOR, AttrType.SPARSE_TENSORS, AttrType.TYPE_PROTO,
+                      AttrType.TYPE_PROTOS) or a.ref_attr_name:
+            return None
+        v = tuple(a.value) if isinstance(a.value, list) else a.value
+        attrs.append((a.name, int(a.type), v))
+    return (n.op_type, n.domain, n.overload, len(n.outputs),
+            tuple(id(v) if v is not None else None for v in n.inputs), tuple(sorted(attrs)))

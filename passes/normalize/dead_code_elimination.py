@@ -1,0 +1,50 @@
+"""Remove nodes and initializers nothing uses."""
+
+from __future__ import annotations
+
+from mcp_compiler.ir import Graph, Model
+
+from .._infra import Pass, PassContext, PassResult, Property
+
+
+class DeadCodeEliminationPass(Pass):
+    """Drop every node none of whose outputs is used (by a node here or in a subgraph, or as a
+    graph output), in reverse order so chains go at once; then drop unused initializers.
+
+    Graph inputs are kept (they are the interface), and so are initializers that are also graph
+    inputs. Establishes: no-dead-code.
+    """
+
+    name = "dead-code-elimination"
+    establishes = frozenset({Property.NO_DEAD_CODE})
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        nodes = inits = 0
+        # Inner graphs first: a subgraph's dead nodes may be what keeps an outer value alive.
+        for g in reversed(list(model.all_graphs())):
+            n, i = _sweep(g)
+            nodes, inits = nodes + n, inits + i
+        return PassResult(model, nodes + inits > 0, {"nodes_removed": nodes, "initializers_removed": inits})
+
+
+def _sweep(g: Graph) -> tuple[int, int]:
+    live_outputs = {id(v) for v in g.outputs}
+    removed = 0
+    for n in reversed(list(g.nodes)):
+        if any(o.uses or id(o) in live_outputs for o in n.outputs):
+            continue
+        g.remove_node(n)
+        removed += 1
+    inputs = {id(v) for v in g.inputs}
+    dead = [k for k, v in g.initializers.items()
+            if not v.uses and id(v) not in live_outputs and id(v) not in inputs]
+    dead_sparse = [k for k, v in g.sparse_initializers.items()
+                   if not v.uses and id(v) not in live_outputs and id(v) not in inputs]
+    for k in dead:
+        del g.initializers[k]
+    for k in dead_sparse:
+        del g.sparse_initializers[k]
+    for name in [k for k, v in g.value_info.items() if v.producer is None and v.const is None
+                 and id(v) not in inputs]:
+        del g.value_info[name]  # annotations of values that no longer exist
+    return removed, len(dead) + len(dead_sparse)

@@ -1,0 +1,203 @@
+"""Normalization passes: structure after, and onnxruntime outputs equal to the original's."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from mcp_compiler.frontend import load_onnx
+from mcp_compiler.ir.verify import verify
+from mcp_compiler.lower import to_onnx
+from mcp_compiler.passes import PASSES, PassContext, PassManager, PipelineError, Property, Repeat
+from mcp_compiler.passes.normalize import (CommonSubexpressionEliminationPass,
+                                           ConstantToInitializerPass, DeadCodeEliminationPass,
+                                           DeduplicateWeightsPass, IdentityEliminationPass)
+from mcp_compiler.pipeline import default_pipeline
+
+from _helpers import golden_dirs, ort_run, zoo_models, ZOO_INPUTS
+
+F = TensorProto.FLOAT
+RTOL, ATOL = 0.0, 0.0  # these passes move no arithmetic: outputs stay bit-identical
+
+
+def _load(tmp_path, graph, opset=17, ir_version=8):
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = ir_version
+    p = tmp_path / "m.onnx"
+    onnx.save(m, p)
+    return m, load_onnx(p).model
+
+
+def _run(p, model):
+    result = p.run(model, PassContext(verify_each=True))
+    verify(result.model)
+    return result
+
+
+def _same_outputs(original, model, feeds):
+    for a, b in zip(ort_run(original, feeds), ort_run(to_onnx(model), feeds)):
+        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
+
+
+def _ops(model):
+    return [n.op_type for n in model.graph.nodes]
+
+
+X = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+
+def test_constant_to_initializer(tmp_path):
+    g = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.ones((2, 3), np.float32))),
+         helper.make_node("Constant", [], ["k"], value_float=2.0),
+         helper.make_node("Constant", [], ["ints"], value_ints=[1, 2]),
+         helper.make_node("Add", ["x", "c"], ["a"]), helper.make_node("Mul", ["a", "k"], ["y"]),
+         helper.make_node("Shape", ["ints"], ["s"])],
+        "g", [helper.make_tensor_value_info("x", F, [2, 3])],
+        [helper.make_tensor_value_info("y", F, [2, 3]), helper.make_tensor_value_info("s", TensorProto.INT64, [1])])
+    orig, model = _load(tmp_path, g)
+    r = _run(ConstantToInitializerPass(), model)
+    assert r.modified and r.stats["constants_moved"] == 3
+    assert _ops(model) == ["Add", "Mul", "Shape"]
+    assert model.graph.initializers["k"].const.dtype.name == "FLOAT"
+    assert model.graph.initializers["ints"].const.numpy().tolist() == [1, 2]
+    _same_outputs(orig, model, {"x": X})
+    assert not _run(ConstantToInitializerPass(), model).modified  # nothing left: says so
+
+
+def test_constant_to_initializer_keeps_graph_outputs_and_old_ir(tmp_path):
+    g = helper.make_graph([helper.make_node("Constant", [], ["y"], value_float=1.0)], "g", [],
+                          [helper.make_tensor_value_info("y", F, [])])
+    _, model = _load(tmp_path, g)
+    assert not _run(ConstantToInitializerPass(), model).modified
+    one = numpy_helper.from_array(np.array(1.0, np.float32))
+    g = helper.make_graph([helper.make_node("Constant", [], ["c"], value=one),
+                           helper.make_node("Neg", ["c"], ["y"])], "g", [],
+                          [helper.make_tensor_value_info("y", F, [])])
+    _, model = _load(tmp_path, g, opset=9, ir_version=3)
+    r = _run(ConstantToInitializerPass(), model)
+    assert not r.modified and r.stats == {"skipped_ir_version_below_4": 1}
+
+
+def test_identity_elimination(tmp_path):
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["i"]),
+         helper.make_node("Dropout", ["i"], ["d"]),
+         helper.make_node("Cast", ["d"], ["c"], to=TensorProto.FLOAT),
+         helper.make_node("Transpose", ["c"], ["t"], perm=[0, 1]),
+         helper.make_node("Relu", ["t"], ["r"]),
+         helper.make_node("Identity", ["r"], ["y"])],  # graph output: kept
+        "g", [helper.make_tensor_value_info("x", F, [2, 3])], [helper.make_tensor_value_info("y", F, [2, 3])])
+    orig, model = _load(tmp_path, g)
+    r = _run(IdentityEliminationPass(), model)
+    assert r.stats["nodes_removed"] == 4
+    assert _ops(model) == ["Relu", "Identity"]
+    _same_outputs(orig, model, {"x": X})
+
+
+def test_identity_elimination_does_not_fire_on_real_work(tmp_path):
+    g = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["c"], to=TensorProto.INT32),
+         helper.make_node("Transpose", ["c"], ["t"], perm=[1, 0]),
+         helper.make_node("Cast", ["t"], ["y"], to=TensorProto.FLOAT)],
+        "g", [helper.make_tensor_value_info("x", F, [2, 3])], [helper.make_tensor_value_info("y", F, [3, 2])])
+    orig, model = _load(tmp_path, g)
+    assert not _run(IdentityEliminationPass(), model).modified
+    _same_outputs(orig, model, {"x": X})
+
+
+def test_cse_and_dce(tmp_path):
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["x"], ["b"]),
+         helper.make_node("Add", ["a", "b"], ["y"]),
+         helper.make_node("Sigmoid", ["x"], ["dead1"]), helper.make_node("Neg", ["dead1"], ["dead2"]),
+         helper.make_node("RandomUniformLike", ["x"], ["r1"]), helper.make_node("RandomUniformLike", ["x"], ["r2"])],
+        "g", [helper.make_tensor_value_info("x", F, [2, 3])], [helper.make_tensor_value_info("y", F, [2, 3])],
+        [numpy_helper.from_array(np.zeros(3, np.float32), "unused")])
+    orig, model = _load(tmp_path, g)
+    r = _run(CommonSubexpressionEliminationPass(), model)
+    assert r.stats["nodes_merged"] == 1  # the two Relus; random ops never merge
+    r = _run(DeadCodeEliminationPass(), model)
+    assert r.stats == {"nodes_removed": 4, "initializers_removed": 1}
+    assert _ops(model) == ["Relu", "Add"] and "unused" not in model.graph.initializers
+    _same_outputs(orig, model, {"x": X})
+    assert not _run(DeadCodeEliminationPass(), model).modified
+
+
+def test_dce_keeps_values_used_in_subgraphs(tmp_path):
+    then_g = helper.make_graph([helper.make_node("Neg", ["outer"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", F, [2, 3])])
+    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", F, [2, 3])])
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["outer"]), helper.make_node("If", ["cond"], ["y"],
+                                                                     then_branch=then_g, else_branch=else_g)],
+        "g", [helper.make_tensor_value_info("x", F, [2, 3]), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", F, [2, 3])])
+    orig, model = _load(tmp_path, g)
+    assert not _run(DeadCodeEliminationPass(), model).modified
+    for c in (True, False):
+        _same_outputs(orig, model, {"x": X, "cond": np.array(c)})
+
+
+def test_deduplicate_weights(tmp_path):
+    w = numpy_helper.from_array(np.full((2, 3), 0.5, np.float32), "w1")
+    w2 = numpy_helper.from_array(np.full((2, 3), 0.5, np.float32), "w2")
+    w3 = numpy_helper.from_array(np.full((3, 2), 0.5, np.float32), "w3")  # same bytes, other dims
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "w1"], ["a"]), helper.make_node("Mul", ["a", "w2"], ["b"]),
+         helper.make_node("Transpose", ["w3"], ["w3t"]), helper.make_node("Sub", ["b", "w3t"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", F, [2, 3])], [helper.make_tensor_value_info("y", F, [2, 3])],
+        [w, w2, w3])
+    orig, model = _load(tmp_path, g)
+    r = _run(DeduplicateWeightsPass(), model)
+    assert r.stats == {"initializers_merged": 1, "bytes_saved": 24}
+    assert sorted(model.graph.initializers) == ["w1", "w3"]
+    _same_outputs(orig, model, {"x": X})
+
+
+@pytest.mark.parametrize("src", [d / "model.onnx" for d in golden_dirs()] + zoo_models(),
+                         ids=lambda p: p.parent.name if p.name == "model.onnx" else p.stem)
+def test_default_pipeline_preserves_outputs(src):
+    from mcp_compiler.targets import get_target
+
+    model = load_onnx(src).model
+    pm = PassManager(default_pipeline(get_target("triton-v1.12")), PassContext(verify_each=True))
+    _, records = pm.run(model)
+    assert records and all(r.nodes_after <= r.nodes_before for r in records)
+    if src.name in ZOO_INPUTS:
+        feeds = {"x": np.random.default_rng(0).random(ZOO_INPUTS[src.name], dtype=np.float32)}
+    else:
+        feeds = dict(np.load(src.parent / "inputs.npz"))
+    _same_outputs(src, model, feeds)
+
+
+def test_plan_is_checked_before_running():
+    class NeedsLegal(IdentityEliminationPass):
+        name = "needs-legal"
+        requires = frozenset({Property.TARGET_LEGAL})
+
+    with pytest.raises(PipelineError, match="needs-legal requires target-legal"):
+        PassManager([ConstantToInitializerPass(), NeedsLegal()])
+    PassManager([Repeat([DeadCodeEliminationPass()])])  # fine
+
+
+def test_pass_failure_names_the_pass(tmp_path, tiny_model):
+    from mcp_compiler.passes import PassError
+
+    class Broken(IdentityEliminationPass):
+        name = "broken"
+
+        def run(self, model, ctx):
+            raise RuntimeError("boom")
+
+    onnx.save(tiny_model, tmp_path / "t.onnx")
+    model = load_onnx(tmp_path / "t.onnx").model
+    with pytest.raises(PassError, match=r"pass broken failed \(after dead-code-elimination\): RuntimeError: boom"):
+        PassManager([DeadCodeEliminationPass(), Broken()]).run(model)
+
+
+def test_registry_names_are_kebab_case():
+    assert all(n == c.name and n.replace("-", "").isalpha() for n, c in PASSES.items())
