@@ -122,6 +122,10 @@ def convert(
                                                      help="none (fp8/int4: not yet implemented)."),
     model_warmup: Optional[bool] = typer.Option(None, "--warmup/--no-warmup",
                                                 help="Add a model_warmup built from the contract."),
+    prepack: Optional[bool] = typer.Option(None, "--prepack/--no-prepack",
+                                           help="onnxruntime weight prepacking in the served model "
+                                                "(--no-prepack: load in milliseconds from the mapped "
+                                                "weights, no packed copy in memory)."),
     warmup_dims: Optional[str] = typer.Option(None, "--warmup-dims", help="Symbol sizes for the "
                                               "warm-up inputs, e.g. H=64,W=64."),
     verify_: bool = typer.Option(False, "--verify", help="Run `verify` on the result (exit 1 if it fails)."),
@@ -166,6 +170,7 @@ def convert(
                 "kind": kind, "tensor_parallel_size": tensor_parallel_size,
                 "quantization_level": quantization_level, "model_warmup": model_warmup,
                 "warmup_dims": _parse_dims(warmup_dims) if warmup_dims else None,
+                "prepack": prepack,
             }
             if _tri_state(dynamic_batch, "--dynamic-batch") is None and not no_dynamic_batch:
                 flags["dynamic_batch"] = None

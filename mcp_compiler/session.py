@@ -1,52 +1,60 @@
-"""Run an IR model in onnxruntime, handing it the weights as views (no second copy on disk)."""
+"""Run an IR model in onnxruntime without copying its weights.
+
+Tensors that are views of a file (a `.mcpir` read by mmap, or ONNX external data) are described
+to onnxruntime as external data in that file, which onnxruntime maps itself; other large
+top-level initializers are handed over as OrtValues (add_external_initializers).
+"""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import onnxruntime as ort
 
+from .errors import UnsupportedError
 from .ir.graph import Model
 from .ir.tensor import Tensor
 from .lower import to_onnx
 
-# Tensors smaller than this are embedded in the lowered proto: cheaper than an OrtValue each.
 _EXTERNAL_MIN_BYTES = 1024
-_PLACEHOLDER = "__mcpir_data__"
+_PLACEHOLDER = "__mcp_data__"
 
 
 def create_session(model: Model, options: ort.SessionOptions | None = None,
-                   providers: list[str] | None = None) -> ort.InferenceSession:
-    """An InferenceSession for `model`; top-level weights are passed as OrtValues over views."""
+                   providers: list[str] | None = None, *, prepack: bool = True) -> ort.InferenceSession:
     so = options or ort.SessionOptions()
+    top = {id(v.const) for v in model.graph.initializers.values() if v.const.nbytes >= _EXTERNAL_MIN_BYTES}
+    folders: set[str] = set()
     names: list[str] = []
     values: list[ort.OrtValue] = []
-    external = {id(v.const) for v in model.graph.initializers.values()
-                if _can_pass(v.const) and v.const.nbytes >= _EXTERNAL_MIN_BYTES}
 
     def sink(t: Tensor):  # noqa: ANN202
-        if id(t) not in external:
+        if id(t) not in top or t.string_data is not None:
             return None
-        arr = t.numpy()
+        if t.source is not None:
+            path, offset = t.source
+            folders.add(os.path.dirname(os.path.abspath(path)))
+            return (os.path.basename(path), offset, t.nbytes)
+        if t.dtype.packed or not t.dtype.numpy_dtype.type.__module__ == "numpy":
+            return None
         names.append(t.name)
-        values.append(ort.OrtValue.ortvalue_from_numpy(arr))
+        values.append(ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(t.numpy())))
         return (_PLACEHOLDER, 0, t.nbytes)
 
     proto = to_onnx(model, sink=sink)
+    if len(folders) > 1:
+        raise UnsupportedError("weights come from files in several folders; onnxruntime resolves "
+                               "external data against one", hint="convert to .mcpir first")
+    if folders:
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path", folders.pop())
     if names:
         so.add_external_initializers(names, values)
-    sess = ort.InferenceSession(proto.SerializeToString(), so,
-                                providers=providers or ["CPUExecutionProvider"])
-    sess._mcp_keepalive = values  # noqa: SLF001 - the views must outlive the session
+    if not prepack:
+        so.add_session_config_entry("session.disable_prepacking", "1")
+    sess = ort.InferenceSession(proto.SerializeToString(), so, providers=providers or ["CPUExecutionProvider"])
+    sess._mcp_keepalive = values  # noqa: SLF001 - OrtValues must outlive the session
     return sess
-
-
-def _can_pass(t: Tensor) -> bool:
-    if t.string_data is not None or t.dtype.packed:
-        return False
-    try:
-        return t.dtype.numpy_dtype.type.__module__ == "numpy"
-    except TypeError:
-        return False
 
 
 def run(model: Model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -244,3 +244,18 @@ def test_models_over_2gb_of_weights(tmp_path):
     assert tb.nbytes == n
     assert bytes(tb.raw[-4:]) == b"\x01\x02\x03\x04"
     assert tb.raw.obj is back.graph.initializers["a"].const.raw.obj  # one mapping, two views
+
+
+def test_library_session_uses_the_mapped_file(tmp_path):
+    # create_session describes file-backed weights as external data of that file, and hands
+    # in-memory ones over as OrtValues: both give the original's outputs.
+    from mcp_compiler.session import create_session
+
+    d = golden_dirs()[0]  # attention: 4 KiB weights, above the external threshold
+    inputs = dict(np.load(d / "inputs.npz"))
+    want = ort_run(d / "model.onnx", inputs)
+    model = load_onnx(d / "model.onnx").model
+    write_mcpir(model, tmp_path / "m.mcpir")
+    for m in (model, read_mcpir(tmp_path / "m.mcpir")):
+        for a, b in zip(want, create_session(m).run(None, inputs)):
+            np.testing.assert_array_equal(a, b)

@@ -57,6 +57,8 @@ def test_runtime_matches_original(runtime, src, feeds, tmp_path):
     rt = runtime.MCPIRModel(tmp_path / "m.mcpir", keep_proto=True)
     for a, b in zip(ort_run(src, feeds), rt.run(feeds)):
         np.testing.assert_array_equal(a, b)  # no pass ran: bit-exact
+    for a, b in zip(ort_run(src, feeds), runtime.MCPIRModel(tmp_path / "m.mcpir", prepack=False).run(feeds)):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)  # other kernels: not bitwise
     # The hand-encoded protobuf says what the compiler's own lowering says (weights aside).
     lowered = onnx.ModelProto.FromString(rt.onnx_bytes)
     reference = to_onnx(model)

@@ -126,6 +126,7 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams) -> tup
               "tensor_parallel_size": str(p.tensor_parallel_size)}
     if backend == "python":
         params["mcp_runtime"] = "model.mcpir"
+        params["ort_prepack"] = "true" if p.prepack else "false"
     for k, v in params.items():
         cfg.parameters[k].string_value = v
     if p.model_warmup:

@@ -25,6 +25,7 @@ class ServingParams:
     kind: str = "cpu"                             # cpu | gpu
     tensor_parallel_size: int = 1                 # gpu only: instances placed on GPUs 0..N-1
     quantization_level: str = "none"
+    prepack: bool = True                          # onnxruntime weight prepacking (off: faster load)
     model_warmup: bool = False
     warmup_dims: dict[str, int] = field(default_factory=dict)   # symbol -> size for warm-up inputs
 
@@ -88,7 +89,8 @@ def load_build_file(path: Path) -> dict[str, Any]:
 
 def _check_type(path: Path, line: object, key: str, value: Any) -> None:
     expected = {"dynamic_batch": bool, "preferred_batch_size": list, "kind": str,
-                "quantization_level": str, "model_warmup": bool, "warmup_dims": dict}.get(key, int)
+                "quantization_level": str, "model_warmup": bool, "warmup_dims": dict,
+                "prepack": bool}.get(key, int)
     ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
     if key == "dynamic_batch" and value is None:
         ok = True

@@ -50,9 +50,10 @@ def server(tmp_path_factory):
     from mcp_compiler.serve import TritonServer
 
     repo = tmp_path_factory.mktemp("repo")
-    for name, src, _ in MODELS:
+    for i, (name, src, _) in enumerate(MODELS):
+        # every other model without onnxruntime prepacking: both runtime paths get served
         convert(src, repo, ConvertOptions(target="triton-v1.12", name=name,
-                                          serving=ServingParams(max_queue_delay_us=2000)))
+                                          serving=ServingParams(max_queue_delay_us=2000, prepack=i % 2 == 0)))
     s = TritonServer(repo)
     s.start()
     yield s

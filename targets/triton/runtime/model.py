@@ -26,7 +26,8 @@ class TritonPythonModel:
         params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
         path = os.path.join(HERE, params.get("mcp_runtime", "model.mcpir"))
         threads = int(params.get("intra_op_threads", "0") or 0)
-        self.model = MCPIRModel(path, intra_op_threads=threads or None)
+        prepack = params.get("ort_prepack", "true").lower() != "false"
+        self.model = MCPIRModel(path, intra_op_threads=threads or None, prepack=prepack)
         self.inputs = [i["name"] for i in cfg["input"]]
         self.outputs = [o["name"] for o in cfg["output"]]
 

@@ -1,8 +1,11 @@
 """Open a .mcpir by mmap, lower it to ONNX protobuf bytes, run it with onnxruntime.
 
-Weights are not copied: each top-level initializer is handed to onnxruntime as an OrtValue over
-a numpy view of the mapped file (SessionOptions.add_external_initializers); the protobuf only
-names them. The protobuf is encoded here by hand (wire format), so the server needs no `onnx`.
+Weights are not copied: each top-level initializer is described to onnxruntime as external data
+that lives in the .mcpir file itself (location = the file, offset = its record's place in the
+data section), so onnxruntime maps it like any external-data file; the protobuf only names it.
+With prepacking off (`prepack=False`) onnxruntime computes straight from the mapping and a
+session over a gigabyte of weights starts in milliseconds. The protobuf is encoded here by hand
+(wire format), so the server needs no `onnx`.
 """
 
 from __future__ import annotations
@@ -24,11 +27,7 @@ _LAYOUT = parse_layout((Path(__file__).with_name("mcp_ir.fbs")).read_text(encodi
 _BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32, 13: 64,
          14: 64, 15: 128, 16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4, 23: 4, 24: 8, 25: 2,
          26: 2, 27: 6, 28: 6}
-# ONNX dtype -> numpy dtype of the bits handed to onnxruntime (float8/bfloat16 as raw bits).
-_NUMPY = {1: "<f4", 2: "u1", 3: "i1", 4: "<u2", 5: "<i2", 6: "<i4", 7: "<i8", 9: "?", 10: "<f2",
-          11: "<f8", 12: "<u4", 13: "<u8", 14: "<c8", 15: "<c16"}
-_AS_BITS = {16: "<u2", 17: "u1", 18: "u1", 19: "u1", 20: "u1", 24: "u1"}
-_PLACEHOLDER = b"__mcpir_data__"
+# Smaller tensors are embedded in the protobuf (an external record costs more than its bytes).
 _EXTERNAL_MIN_BYTES = 1024
 
 
@@ -41,7 +40,7 @@ class MCPIRModel:
 
     def __init__(self, path: str | os.PathLike, *, providers: list[str] | None = None,
                  intra_op_threads: int | None = None, options: ort.SessionOptions | None = None,
-                 keep_proto: bool = False) -> None:
+                 prepack: bool = True, keep_proto: bool = False) -> None:
         self.path = Path(path)
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -71,8 +70,7 @@ class MCPIRModel:
         self._data_length = root.DataLength()
         if self._data_start + self._data_length > size:
             raise MCPIRError(f"{self.path}: corrupt MCP-IR: data section runs past the end (truncated?)")
-        self._names: list[str] = []
-        self._values: list[ort.OrtValue] = []
+        self._location = os.path.basename(self.path).encode("utf-8")
         try:
             proto = _Lowering(self).model(root)
         except (AttributeError, TypeError, IndexError, struct.error, UnicodeDecodeError) as e:
@@ -80,8 +78,11 @@ class MCPIRModel:
         so = options or ort.SessionOptions()
         if intra_op_threads:
             so.intra_op_num_threads = intra_op_threads
-        if self._names:
-            so.add_external_initializers(self._names, self._values)
+        # External data is resolved against this folder (the session is built from bytes).
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                    str(self.path.resolve().parent))
+        if not prepack:
+            so.add_session_config_entry("session.disable_prepacking", "1")
         self.session = ort.InferenceSession(proto, so, providers=providers or ["CPUExecutionProvider"])
         # The lowered ONNX (weights named, not included), for inspection and tests.
         self.onnx_bytes = proto if keep_proto else None
@@ -106,24 +107,9 @@ class MCPIRModel:
             raise MCPIRError(f"{self.path}: corrupt MCP-IR: bad weight record {t.Name()!r}")
         return self._data_start + off, length
 
-    def external(self, t: fb.Tensor, absolute: int, length: int) -> bool:
-        """Hand a top-level initializer to onnxruntime as a view of the mapping, if it can take it."""
-        dt = t.Dtype()
-        spec = _NUMPY.get(dt) or _AS_BITS.get(dt)
-        if spec is None or length < _EXTERNAL_MIN_BYTES:
-            return False
-        dims = [t.Dims(j) for j in range(t.DimsLength())]
-        arr = np.frombuffer(self._mm, dtype=spec, count=length // np.dtype(spec).itemsize,
-                            offset=absolute).reshape(dims)
-        if dt in _NUMPY:
-            value = ort.OrtValue.ortvalue_from_numpy(arr)
-        elif hasattr(ort.OrtValue, "ortvalue_from_numpy_with_onnx_type"):
-            value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(arr, dt)
-        else:
-            return False
-        self._names.append(t.Name().decode("utf-8"))
-        self._values.append(value)
-        return True
+    def external(self, t: fb.Tensor, length: int) -> bool:
+        """Whether a top-level initializer is left in the file as external data."""
+        return length >= _EXTERNAL_MIN_BYTES and bool(t.Name())
 
 
 # -- protobuf wire format ------------------------------------------------------------------------
@@ -300,9 +286,10 @@ class _Lowering:
             p += [_len(6, self.bytes_(t.StringData(j))) for j in range(t.StringDataLength())]
         else:
             absolute, length = self.o.tensor_bytes(t)
-            if top and t.Name() and self.o.external(t, absolute, length):
-                p.append(_len(13, _str(1, b"location") + _str(2, _PLACEHOLDER)))
-                p.append(_len(13, _str(1, b"length") + _str(2, str(length).encode())))
+            if top and self.o.external(t, length):
+                for key, value in ((b"location", self.o._location),  # noqa: SLF001
+                                   (b"offset", str(absolute).encode()), (b"length", str(length).encode())):
+                    p.append(_len(13, _str(1, key) + _str(2, value)))
                 p.append(_int(14, 1))  # data_location = EXTERNAL
             else:
                 p.append(_len(9, self.o._mm[absolute:absolute + length]))  # noqa: SLF001
