@@ -73,7 +73,8 @@ def load_model(path: str | os.PathLike, *, check: bool = True, infer_shapes: boo
 
 def convert(input: str | os.PathLike, output: str | os.PathLike | None,
             options: ConvertOptions | None = None) -> ConvertReport:
-    """ONNX -> `.mcpir`, or with a target -> that target's artifacts (a Triton repository).
+    """ONNX (or MCP-IR) -> `.mcpir`, or with a target -> that target's artifacts (a Triton
+    repository).
 
     Outputs are written atomically: a failure leaves nothing behind.
     """
@@ -99,30 +100,32 @@ def convert(input: str | os.PathLike, output: str | os.PathLike | None,
         if not output.parent.exists():
             raise UsageError(f"--output {output}: folder {output.parent} does not exist")
     t0 = time.perf_counter()
-    loaded = load_onnx(input, check=options.check, infer_shapes=options.infer_shapes)
+    model, fmt, warnings = load_model(input, check=options.check, infer_shapes=options.infer_shapes)
+    if options.verify and fmt != "onnx":
+        raise UsageError("--verify compares with onnxruntime on the original: give the .onnx as --input")
     t1 = time.perf_counter()
     records = []
     if target is not None or options.passes:
         from . import pipeline
 
         pm = pipeline.build(target, options.passes, options.disabled_passes, options.verify_each)
-        _, records = pm.run(loaded.model)
+        _, records = pm.run(model)
     tp = time.perf_counter()
-    s = summarize(loaded.model, "onnx")
+    s = summarize(model, fmt)
     report = ConvertReport(input=str(input), output=str(output), nodes=s.nodes, weights=s.weights,
                            weight_bytes=s.weight_bytes, output_bytes=0, target=options.target,
-                           warnings=list(loaded.warnings), passes=[asdict(r) for r in records])
+                           warnings=list(warnings), passes=[asdict(r) for r in records])
     if target is None:
-        stats = write_mcpir(loaded.model, output)
+        stats = write_mcpir(model, output)
         report.output_bytes = stats.file_bytes
         report.files = [output.name]
     else:
         from .targets import TargetOptions
         from .targets.triton.config import sanitize_name
 
-        report.warnings += target.check(loaded.model)
+        report.warnings += target.check(model)
         name = options.name if options.name is not None else sanitize_name(Path(input).stem)
-        result = target.emit(loaded.model, output, TargetOptions(
+        result = target.emit(model, output, TargetOptions(
             name=name, backend=options.backend, force=options.force,
             serving={"params": options.serving}))
         report.output = str(result.root)

@@ -88,7 +88,7 @@ def _tri_state(text: str | None, flag: str) -> bool | None:
 
 @app.command()
 def convert(
-    input: Path = typer.Option(..., "--input", "-i", help="The ONNX model to convert.",
+    input: Path = typer.Option(..., "--input", "-i", help="The ONNX (or .mcpir) model to convert.",
                                dir_okay=False),
     output: Optional[Path] = typer.Option(
         None, "--output", "-o",

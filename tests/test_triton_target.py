@@ -208,3 +208,25 @@ def test_mcpir_output_with_target_is_a_usage_error(tmp_path):
 def test_quantization_not_yet(tmp_path):
     r = _convert("-i", str(MLP), "-t", T, "-o", str(tmp_path / "repo"), "--quantize", "int4")
     assert r.exit_code == 2 and "not implemented yet" in r.output
+
+
+def test_convert_from_mcpir_input(tmp_path):
+    ir = tmp_path / "mlp.mcpir"
+    assert _convert("-i", str(MLP), "-o", str(ir)).exit_code == 0
+    r = _convert("-i", str(ir), "-t", T, "-o", str(tmp_path / "repo"))
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["verify", "-i", str(MLP), "-r", str(tmp_path / "repo" / "mlp")])
+    assert r.exit_code == 0 and "max abs 0," in r.output
+    r = _convert("-i", str(ir), "-t", T, "-o", str(tmp_path / "repo2"), "--verify")
+    assert r.exit_code == 2 and "give the .onnx" in r.output
+
+
+def test_unknown_operator_domain_is_unsupported(tmp_path):
+    g = helper.make_graph([helper.make_node("Op", ["x"], ["y"], domain="com.evil", name="n1")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.evil", 1)])
+    onnx.save(m, tmp_path / "evil.onnx")
+    r = _convert("-i", str(tmp_path / "evil.onnx"), "-t", T, "-o", str(tmp_path / "repo"))
+    assert r.exit_code == 1
+    assert "no operator domain 'com.evil' (node 'n1', op com.evil.Op)" in r.output

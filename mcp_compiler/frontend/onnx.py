@@ -57,6 +57,11 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
     if not proto.HasField("graph"):
         raise InvalidModelError(path, "not an ONNX model: it has no graph")
 
+    newest = onnx.defs.onnx_opset_version()
+    for o in proto.opset_import:
+        if o.domain in ("", "ai.onnx") and not 1 <= o.version <= newest:
+            raise InvalidModelError(path, f"imports ai.onnx opset {o.version}, which does not exist "
+                                          f"(this onnx knows 1..{newest})")
     ext = _ExternalData(path.parent)
     for t in _all_tensor_protos(proto):
         if t.data_location == onnx.TensorProto.EXTERNAL:

@@ -22,6 +22,25 @@ class TritonTarget(Target):
     # than 7 is outside what its kernels are registered for.
     opset_range: ClassVar[tuple[int, int]] = (7, 23)
 
+    # Operator domains the onnxruntime CPU build has kernels in (besides model-local functions).
+    domains: ClassVar[frozenset[str]] = frozenset({
+        "", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc", "com.microsoft.experimental",
+        "ai.onnx.preview.training", "ai.onnx.training"})
+
+    def check(self, model: Model) -> list[str]:
+        from mcp_compiler.errors import UnsupportedError
+
+        warnings = super().check(model)
+        local = {(f.domain, f.name) for f in model.functions}
+        for g in model.all_graphs():
+            for n in g.nodes:
+                if n.domain not in self.domains and (n.domain, n.op_type) not in local:
+                    raise UnsupportedError(
+                        f"target {self.name} runs on {self.runtime}, which has no operator domain "
+                        f"{n.domain!r}", node=n.name or None, op=f"{n.domain}.{n.op_type}",
+                        hint="no rewrite rule makes it legal")
+        return warnings
+
     def legalize_passes(self) -> list:
         # The serving runtime hands onnxruntime initializers as views of the mapped .mcpir, but
         # must embed Constant-node tensors in the protobuf: weights belong in initializers.
