@@ -1,11 +1,16 @@
 """Writes a Triton model repository entry: DIR/NAME/config.pbtxt and DIR/NAME/<version>/...
 
-The whole entry is built in a temp folder beside DIR/NAME and moved into place with os.replace,
-so a failed or killed convert never leaves a half-written model.
+The whole entry is built in a staging folder and moved into place with os.replace, so a failed
+or killed convert never leaves a half-written model. The staging folder is a sibling of DIR
+(`.DIR.mcp-staging/`), not inside it: Triton tries to load every folder of a repository, hidden
+ones too, and a leftover would stop a server from starting. Concurrent converts into one
+repository serialize their final swap on a lock file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
@@ -57,7 +62,10 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     if final.exists() and not options.force:
         raise OutputExistsError(f"{final} exists; pass --force to replace it")
     cfg, warnings = build_config(model, name, options.backend, params)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir))
+    staging, warn = _staging_dir(out_dir)
+    warnings += warn
+    _remove_stale(staging, name)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{name}.{os.getpid()}.", suffix=".tmp", dir=staging))
     try:
         tmp.chmod(0o755)  # mkdtemp makes it 0700; a server running as another user must read it
         vdir = tmp / str(version)
@@ -71,18 +79,61 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
             _write_onnx(model, vdir / "model.onnx")
         (tmp / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")
         files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
-        _swap_in(tmp, final)
+        with _locked(out_dir):
+            if final.exists() and not options.force:  # another convert got there first
+                raise OutputExistsError(f"{final} exists; pass --force to replace it")
+            _swap_in(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return EmitResult(final, files, cfg, warnings)
 
 
+def _staging_dir(out_dir: Path) -> tuple[Path, list[str]]:
+    sibling = out_dir.resolve().parent / f".{out_dir.resolve().name}.mcp-staging"
+    try:
+        sibling.mkdir(exist_ok=True)
+        return sibling, []
+    except OSError:
+        inside = out_dir / ".mcp-staging"
+        inside.mkdir(exist_ok=True)
+        return inside, [f"cannot write beside {out_dir}; staging inside it ({inside}): a convert "
+                        "killed mid-way leaves a folder there that Triton will fail to load"]
+
+
+def _remove_stale(staging: Path, name: str) -> None:
+    """Staging folders of converts that died (their pid is gone)."""
+    for p in staging.glob(f"{name}.*.tmp"):
+        pid = p.name[len(name) + 1:].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _locked(out_dir: Path):  # noqa: ANN202
+    fd = os.open(out_dir / ".mcp-cli.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _swap_in(tmp: Path, final: Path) -> None:
     """Replace `final` by `tmp`; an old entry is moved aside first and removed after."""
     old = None
     if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        old = tmp.with_name(f"{tmp.name}.old")  # in the staging folder: Triton never sees it
         os.replace(final, old)
     try:
         os.replace(tmp, final)
