@@ -302,6 +302,127 @@ def inspect(
     _run(rep, debug, lambda: rep.summary(api.inspect(file), str(file)))
 
 
+def _connection(url: str, protocol: str, ssl: bool, root_cert: Optional[Path], client_cert: Optional[Path],
+                client_key: Optional[Path], token: Optional[str], token_header: str, timeout: float):
+    import os
+
+    from .deploy import Connection
+
+    if (client_cert is None) != (client_key is None):
+        raise UsageError("--client-cert and --client-key go together")
+    if (root_cert or client_cert) and not ssl:
+        raise UsageError("--root-cert/--client-cert need --ssl")
+    if ":" not in url or url.startswith(("http://", "https://", "grpc://")):
+        raise UsageError(f"--url: expected HOST:PORT, got {url!r}")
+    return Connection(url, protocol, ssl, root_cert, client_cert, client_key,
+                      token or os.environ.get("MCP_API_KEY") or None, token_header, timeout)
+
+
+UrlOpt = typer.Option(..., "--url", help="The Triton server, HOST:PORT (its gRPC or HTTP port).")
+ProtoOpt = typer.Option("grpc", "--protocol", help="grpc or http.")
+SslOpt = typer.Option(False, "--ssl", help="TLS (gRPC; Triton's HTTP endpoint has no TLS of its own).")
+RootOpt = typer.Option(None, "--root-cert", help="CA certificate to check the server with.")
+CertOpt = typer.Option(None, "--client-cert", help="Client certificate, for mutual TLS.")
+KeyOpt = typer.Option(None, "--client-key", help="Client private key, for mutual TLS.")
+TokenOpt = typer.Option(None, "--token", help="Auth token sent as a header (default: $MCP_API_KEY). Never printed.")
+HeaderOpt = typer.Option("mcp-api-key", "--token-header",
+                         help="Header that carries the token (the key of the server's "
+                              "--grpc-restricted-protocol / --http-restricted-api setting).")
+TimeoutOpt = typer.Option(60.0, "--timeout", help="Network timeout, seconds.")
+
+
+@app.command()
+def deploy(
+    entry: Path = typer.Argument(..., help="The repository entry to push: DIR/NAME."),
+    url: str = UrlOpt, protocol: str = ProtoOpt,
+    version: Optional[int] = typer.Option(None, "--version", help="Version number on the server "
+                                          "(default: the entry's newest version folder)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Model name on the server (default: the config's)."),
+    wait_timeout: float = typer.Option(120.0, "--wait-timeout", help="Seconds to wait for READY."),
+    smoke: bool = typer.Option(True, "--smoke/--no-smoke", help="Run one inference after loading."),
+    rollback: bool = typer.Option(False, "--rollback-on-failure",
+                                  help="If the smoke inference fails, load the last good deploy again."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be sent, send nothing."),
+    ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt, client_cert: Optional[Path] = CertOpt,
+    client_key: Optional[Path] = KeyOpt, token: Optional[str] = TokenOpt, token_header: str = HeaderOpt,
+    timeout: float = TimeoutOpt, json_out: bool = JsonOpt, debug: bool = DebugOpt,
+) -> None:
+    """Upload a model to a running Triton (model repository extension), wait for READY, smoke-test it."""
+    rep = Reporter(json_mode=json_out)
+
+    def body() -> None:
+        from .deploy import deploy as run_deploy
+
+        conn = _connection(url, protocol, ssl, root_cert, client_cert, client_key, token, token_header, timeout)
+        with rep.status(f"deploying {entry} to {conn.describe()}"):
+            r = run_deploy(entry, conn, name=name, version=version, wait_timeout=wait_timeout,
+                           dry_run=dry_run, smoke=smoke, rollback_on_failure=rollback)
+        if json_out:
+            rep.json({"ok": True, **r.to_dict()})
+            return
+        if r.dry_run:
+            hdr = f", header {conn.token_header}: ***" if conn.token else ""
+            rep.out.print(f"dry run: would load {r.name} v{r.version} on {r.url} "
+                          f"({r.upload_bytes} bytes{hdr}):", markup=False)
+            for f in r.files:
+                rep.out.print(f"  {f}", markup=False)
+            return
+        prev = f" (replacing v{', v'.join(map(str, r.previous_versions))})" if r.previous_versions else ""
+        smoke_txt = f", smoke inference {r.smoke_seconds * 1e3:.1f} ms" if r.smoke_seconds is not None else ""
+        rep.out.print(f"deployed {r.name} v{r.version} to {r.url}{prev}: READY in {r.load_seconds:.2f} s"
+                      f"{smoke_txt}, {r.upload_bytes / 2**20:.1f} MiB uploaded", markup=False)
+
+    _run(rep, debug, body)
+
+
+@app.command("status")
+def server_status(
+    url: str = UrlOpt, protocol: str = ProtoOpt, ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt,
+    client_cert: Optional[Path] = CertOpt, client_key: Optional[Path] = KeyOpt,
+    token: Optional[str] = TokenOpt, token_header: str = HeaderOpt, timeout: float = TimeoutOpt,
+    json_out: bool = JsonOpt, debug: bool = DebugOpt,
+) -> None:
+    """List the models and versions a Triton server has, and their state."""
+    rep = Reporter(json_mode=json_out)
+
+    def body() -> None:
+        from .deploy import status as run_status
+
+        rows = run_status(_connection(url, protocol, ssl, root_cert, client_cert, client_key, token,
+                                      token_header, timeout))
+        if json_out:
+            rep.json({"ok": True, "models": rows})
+            return
+        if not rows:
+            rep.out.print("no models", markup=False)
+        for m in rows:
+            reason = f" ({m['reason']})" if m.get("reason") else ""
+            rep.out.print(f"{m['name']} v{m.get('version') or '?'}: {m.get('state') or 'UNKNOWN'}{reason}", markup=False)
+
+    _run(rep, debug, body)
+
+
+@app.command()
+def undeploy(
+    name: str = typer.Argument(..., help="The model to unload."),
+    url: str = UrlOpt, protocol: str = ProtoOpt, ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt,
+    client_cert: Optional[Path] = CertOpt, client_key: Optional[Path] = KeyOpt,
+    token: Optional[str] = TokenOpt, token_header: str = HeaderOpt, timeout: float = TimeoutOpt,
+    debug: bool = DebugOpt,
+) -> None:
+    """Unload a model from a running Triton."""
+    rep = Reporter()
+
+    def body() -> None:
+        from .deploy import undeploy as run_undeploy
+
+        run_undeploy(name, _connection(url, protocol, ssl, root_cert, client_cert, client_key, token,
+                                       token_header, timeout))
+        rep.out.print(f"unloaded {name}", markup=False)
+
+    _run(rep, debug, body)
+
+
 def main() -> None:
     app()
 

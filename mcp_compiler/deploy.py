@@ -1,0 +1,378 @@
+"""Push a repository entry to a running Triton through its model repository extension.
+
+`load_model(name, config=JSON, files={"file:<v>/<path>": bytes})` uploads the version folder in
+the request, so the server's own repository need not be writable by the user. Every successful
+deploy is recorded locally (config and files, under the state folder) so that a later deploy
+whose smoke inference fails can be rolled back with `rollback_on_failure`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidModelError, McpError, ServerError, UsageError
+
+# One gRPC message carries at most 2 GiB - 1 byte (client and Triton alike); leave room for the
+# config and framing. HTTP sends files base64-encoded in one JSON body: past 1 GiB the client's
+# JSON encoder was seen to crash here, so uploads over HTTP stop there.
+GRPC_UPLOAD_LIMIT = 2**31 - 1 - (16 << 20)
+HTTP_UPLOAD_LIMIT = 1 << 30
+_NP = {"TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_FP64": np.float64, "TYPE_INT8": np.int8,
+       "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64, "TYPE_UINT8": np.uint8,
+       "TYPE_UINT16": np.uint16, "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_BOOL": np.bool_}
+
+
+class DeployError(ServerError):
+    """The deploy failed on the server side (load, readiness, smoke inference)."""
+
+
+@dataclass
+class Connection:
+    url: str
+    protocol: str = "grpc"
+    ssl: bool = False
+    root_cert: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    token: str | None = None
+    token_header: str = "mcp-api-key"
+    timeout: float = 60.0
+
+    def headers(self) -> dict[str, str] | None:
+        if not self.token:
+            return None
+        # Triton's restricted gRPC protocols expect "triton-grpc-protocol-<key>"; HTTP, the key itself.
+        key = f"triton-grpc-protocol-{self.token_header}" if self.protocol == "grpc" else self.token_header
+        return {key: self.token}
+
+    def describe(self) -> str:
+        tls = " over TLS" + (" (mutual)" if self.client_cert else "") if self.ssl else ""
+        return f"{self.protocol}://{self.url}{tls}"
+
+
+@dataclass
+class DeployReport:
+    name: str
+    version: int
+    url: str
+    upload_bytes: int
+    files: list[str]
+    dry_run: bool = False
+    load_seconds: float | None = None
+    smoke_seconds: float | None = None
+    previous_versions: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def client(conn: Connection):  # noqa: ANN201 - a tritonclient InferenceServerClient
+    if conn.protocol == "grpc":
+        import tritonclient.grpc as tg
+
+        args = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
+        return tg.InferenceServerClient(
+            conn.url, ssl=conn.ssl, root_certificates=_path(conn.root_cert),
+            private_key=_path(conn.client_key), certificate_chain=_path(conn.client_cert), channel_args=args)
+    if conn.protocol == "http":
+        import tritonclient.http as th
+
+        if conn.client_cert and not conn.ssl:
+            raise UsageError("--client-cert needs --ssl")
+        opts = {}
+        if conn.ssl:
+            if conn.root_cert:
+                opts["ca_certs"] = str(conn.root_cert)
+            if conn.client_cert:
+                opts["certfile"], opts["keyfile"] = str(conn.client_cert), str(conn.client_key)
+        return th.InferenceServerClient(conn.url, ssl=conn.ssl, ssl_options=opts or None,
+                                        connection_timeout=conn.timeout, network_timeout=conn.timeout)
+    raise UsageError(f"--protocol must be grpc or http, got {conn.protocol!r}")
+
+
+def _path(p: Path | None) -> str | None:
+    if p is None:
+        return None
+    if not Path(p).is_file():
+        raise UsageError(f"certificate file {p} does not exist")
+    return str(p)
+
+
+def _server_error(conn: Connection, e: BaseException, doing: str) -> McpError:
+    """One clear line for what went wrong talking to the server."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    low = msg.lower()
+    if any(s in low for s in ("restricted", "expecting header", "unauthenticated", "permission denied")):
+        return ServerError(f"{conn.describe()} refused {doing} (token missing or wrong?): {msg}")
+    if any(s in low for s in ("unavailable", "connection refused", "failed to connect", "connect call failed",
+                              "name or service not known", "no route", "timed out", "timeout")):
+        if any(s in low for s in ("ssl", "handshake", "certificate", "tls")):
+            return ServerError(f"TLS with {conn.describe()} failed while {doing}: {msg}")
+        return ServerError(f"cannot reach Triton at {conn.describe()} while {doing}: {msg}")
+    if any(s in low for s in ("ssl", "handshake", "certificate", "tls", "wrong_version_number")):
+        return ServerError(f"TLS with {conn.describe()} failed while {doing}: {msg}")
+    if any(s in low for s in ("permission", "unauthenticated", "restricted", "401", "403")):
+        return ServerError(f"{conn.describe()} refused {doing} (token missing or wrong?): {msg}")
+    return ServerError(f"{conn.describe()}: {doing} failed: {msg}")
+
+
+def _call(conn: Connection, doing: str, fn, *args, **kw):  # noqa: ANN001, ANN202
+    try:
+        return fn(*args, **kw)
+    except McpError:
+        raise
+    except Exception as e:  # noqa: BLE001 - tritonclient/grpc/gevent raise many kinds
+        raise _server_error(conn, e, doing) from None
+
+
+# -- the entry --------------------------------------------------------------------------------------
+
+def read_entry(entry: Path, version: int | None) -> tuple[Any, int, Path, dict[str, bytes]]:
+    """(ModelConfig, server version, local version folder, upload files) of DIR/NAME."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    entry = Path(entry)
+    cfg_path = entry / "config.pbtxt"
+    if not cfg_path.is_file():
+        raise UsageError(f"{entry}: not a model repository entry (no config.pbtxt); give DIR/NAME")
+    try:
+        cfg = text_format.Parse(cfg_path.read_text(encoding="utf-8"), mc.ModelConfig())
+    except text_format.ParseError as e:
+        raise InvalidModelError(cfg_path, f"not a valid config.pbtxt: {e}") from None
+    versions = sorted(int(p.name) for p in entry.iterdir() if p.is_dir() and p.name.isdigit())
+    if not versions:
+        raise InvalidModelError(entry, "no version folder (e.g. 1/)")
+    local = entry / str(versions[-1])
+    v = version if version is not None else versions[-1]
+    if v < 1:
+        raise UsageError("--version must be >= 1")
+    files = {}
+    for p in sorted(local.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            files[f"file:{v}/{p.relative_to(local).as_posix()}"] = p.read_bytes()
+    if not cfg.name:
+        cfg.name = entry.name
+    return cfg, v, local, files
+
+
+def _config_json(cfg: Any, name: str) -> str:
+    from google.protobuf import json_format
+
+    cfg.name = name
+    return json_format.MessageToJson(cfg, preserving_proto_field_name=True)
+
+
+def _check_size(conn: Connection, total: int) -> None:
+    limit = GRPC_UPLOAD_LIMIT if conn.protocol == "grpc" else HTTP_UPLOAD_LIMIT
+    if total > limit:
+        raise UsageError(
+            f"the version folder is {total / 2**30:.2f} GiB; one {conn.protocol} load request "
+            f"carries at most {limit / 2**30:.2f} GiB ({'gRPC message limit' if conn.protocol == 'grpc' else 'HTTP body, base64'}). "
+            "Use --protocol grpc (up to 2 GiB) or put the entry in the server's own repository.")
+
+
+# -- state: the last good deploy, for rollback --------------------------------------------------------
+
+def state_dir() -> Path:
+    base = os.environ.get("MCP_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "mcp-cli")
+    return Path(base) / "deployments"
+
+
+def _state_path(conn: Connection, name: str) -> Path:
+    safe = conn.url.replace(":", "_").replace("/", "_")
+    return state_dir() / f"{conn.protocol}_{safe}" / name
+
+
+def _record(conn: Connection, name: str, config_json: str, files: dict[str, bytes]) -> None:
+    d = _state_path(conn, name)
+    tmp = d.with_name(d.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "files").mkdir(parents=True)
+    (tmp / "config.json").write_text(config_json)
+    index = {}
+    for i, (key, data) in enumerate(files.items()):
+        (tmp / "files" / str(i)).write_bytes(data)
+        index[key] = str(i)
+    (tmp / "index.json").write_text(json.dumps(index))
+    shutil.rmtree(d, ignore_errors=True)
+    os.replace(tmp, d)
+
+
+def _recorded(conn: Connection, name: str) -> tuple[str, dict[str, bytes]] | None:
+    d = _state_path(conn, name)
+    if not (d / "index.json").exists():
+        return None
+    index = json.loads((d / "index.json").read_text())
+    return (d / "config.json").read_text(), {k: (d / "files" / v).read_bytes() for k, v in index.items()}
+
+
+# -- deploy ---------------------------------------------------------------------------------------
+
+def _ready_versions(c, conn: Connection, name: str) -> list[int]:  # noqa: ANN001
+    try:
+        if not c.is_model_ready(name, headers=conn.headers()):
+            return []
+        md = c.get_model_metadata(name, headers=conn.headers())
+    except Exception:  # noqa: BLE001 - not loaded / unknown
+        return []
+    versions = md["versions"] if isinstance(md, dict) else list(md.versions)
+    return sorted(int(v) for v in versions)
+
+
+def _wait_ready(c, conn: Connection, name: str, version: int, timeout: float) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if c.is_model_ready(name, str(version), headers=conn.headers()):
+                return
+        except Exception:  # noqa: BLE001
+            pass
+        time.sleep(0.05)
+    raise DeployError(f"{name} v{version} not READY on {conn.describe()} after {timeout:.0f} s (--wait-timeout)")
+
+
+def smoke_inputs(cfg: Any) -> dict[str, np.ndarray]:
+    """Inputs built from the config's contract: symbols as 1, a batch of 1 where batching."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    rng = np.random.default_rng(0)
+    out = {}
+    for i in cfg.input:
+        dtype = mc.DataType.Name(i.data_type)
+        if dtype not in _NP:
+            raise UsageError(f"smoke inference: input {i.name!r} is {dtype}; use --no-smoke")
+        dims = [d if d > 0 else 1 for d in i.dims]
+        if cfg.max_batch_size > 0:
+            dims = [1, *dims]
+        npdt = _NP[dtype]
+        out[i.name] = (rng.standard_normal(dims).astype(npdt) if np.issubdtype(npdt, np.floating)
+                       else np.zeros(dims, npdt))
+    return out
+
+
+def _smoke(c, conn: Connection, cfg: Any, name: str, version: int) -> float:  # noqa: ANN001
+    from tritonclient.utils import np_to_triton_dtype
+
+    mod = __import__("tritonclient.grpc" if conn.protocol == "grpc" else "tritonclient.http", fromlist=["x"])
+    inputs = []
+    for k, v in smoke_inputs(cfg).items():
+        t = mod.InferInput(k, list(v.shape), np_to_triton_dtype(v.dtype))
+        t.set_data_from_numpy(v)
+        inputs.append(t)
+    t0 = time.perf_counter()
+    r = c.infer(name, inputs, model_version=str(version), headers=conn.headers())
+    dt = time.perf_counter() - t0
+    for o in cfg.output:
+        if r.as_numpy(o.name) is None:
+            raise DeployError(f"smoke inference on {name} v{version} returned no {o.name!r}")
+    return dt
+
+
+def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = None,
+           version: int | None = None, wait_timeout: float = 120.0, dry_run: bool = False,
+           smoke: bool = True, rollback_on_failure: bool = False) -> DeployReport:
+    cfg, v, local, files = read_entry(Path(entry), version)
+    name = name or cfg.name
+    config_json = _config_json(cfg, name)
+    total = sum(len(b) for b in files.values()) + len(config_json)
+    report = DeployReport(name, v, conn.describe(), total, sorted(k.split(":", 1)[1] for k in files),
+                          dry_run=dry_run)
+    _check_size(conn, total)
+    if dry_run:
+        report.notes.append(f"would load {name} v{v} ({total} bytes) with config {config_json}")
+        return report
+    c = client(conn)
+    try:
+        meta = _call(conn, "reading server metadata", c.get_server_metadata, headers=conn.headers())
+        ext = meta["extensions"] if isinstance(meta, dict) else list(meta.extensions)
+        if "model_repository" not in ext:
+            raise ServerError(f"{conn.describe()} has no model repository extension; it cannot load models on request")
+        report.previous_versions = _ready_versions(c, conn, name)
+        t0 = time.perf_counter()
+        try:
+            _call(conn, f"loading {name} v{v}", c.load_model, name, headers=conn.headers(),
+                  config=config_json, files=files,
+                  **({"client_timeout": wait_timeout} if conn.protocol == "grpc" else {}))
+            _wait_ready(c, conn, name, v, wait_timeout)
+        except McpError as e:
+            still = _ready_versions(c, conn, name)
+            if report.previous_versions and still:
+                raise DeployError(f"{e}; the previous version (v{', v'.join(map(str, still))}) is still serving") from None
+            raise
+        report.load_seconds = round(time.perf_counter() - t0, 3)
+        if smoke:
+            try:
+                report.smoke_seconds = round(_call(conn, f"smoke inference on {name} v{v}", _smoke, c, conn, cfg, name, v), 4)
+            except McpError as e:
+                raise _after_bad_smoke(c, conn, name, e, report, rollback_on_failure) from None
+        _record(conn, name, config_json, files)
+        return report
+    finally:
+        c.close()
+
+
+def _after_bad_smoke(c, conn: Connection, name: str, err: McpError, report: DeployReport,  # noqa: ANN001
+                     rollback: bool) -> McpError:
+    # Triton swapped the new version in when it loaded: the old one is gone unless restored.
+    prev = _recorded(conn, name)
+    if not rollback:
+        hint = " (--rollback-on-failure restores the last good deploy)" if prev else ""
+        return DeployError(f"{err}; the new version is loaded and the previous one is not serving{hint}")
+    if prev is None:
+        return DeployError(f"{err}; no earlier deploy of {name} by mcp-cli is recorded to roll back to")
+    config_json, files = prev
+    try:
+        c.load_model(name, headers=conn.headers(), config=config_json, files=files)
+        old_v = int(next(iter(files)).split(":", 1)[1].split("/", 1)[0])
+        _wait_ready(c, conn, name, old_v, 120)
+    except Exception as e:  # noqa: BLE001
+        return DeployError(f"{err}; rolling back failed too: {e}")
+    return DeployError(f"{err}; rolled back: v{old_v} is serving again")
+
+
+def status(conn: Connection) -> list[dict]:
+    """Every model the server knows: name, version, state, reason."""
+    c = client(conn)
+    try:
+        index = _call(conn, "listing models", c.get_model_repository_index, headers=conn.headers())
+        rows = index if isinstance(index, list) else [
+            {"name": m.name, "version": m.version, "state": m.state, "reason": m.reason} for m in index.models]
+        seen = {r["name"] for r in rows}
+        # Models loaded from uploaded files are not in the index: find them in the statistics.
+        stats = _call(conn, "reading statistics", c.get_inference_statistics, headers=conn.headers())
+        entries = stats["model_stats"] if isinstance(stats, dict) else [
+            {"name": s.name, "version": s.version} for s in stats.model_stats]
+        for s in entries:
+            if s["name"] not in seen:
+                ready = _call(conn, "reading readiness", c.is_model_ready, s["name"], s.get("version", ""),
+                              headers=conn.headers())
+                rows.append({"name": s["name"], "version": s.get("version", ""),
+                             "state": "READY" if ready else "UNAVAILABLE", "reason": "uploaded"})
+        return sorted(rows, key=lambda r: (r["name"], str(r.get("version", ""))))
+    finally:
+        c.close()
+
+
+def undeploy(name: str, conn: Connection, *, wait_timeout: float = 60.0) -> None:
+    c = client(conn)
+    try:
+        _call(conn, f"unloading {name}", c.unload_model, name, headers=conn.headers())
+        deadline = time.monotonic() + wait_timeout
+        while time.monotonic() < deadline:
+            if not _ready_versions(c, conn, name):
+                return
+            time.sleep(0.05)
+        raise DeployError(f"{name} still loaded on {conn.describe()} after {wait_timeout:.0f} s")
+    finally:
+        c.close()

@@ -1,0 +1,181 @@
+"""`mcp-cli deploy` against real tritonservers on 127.0.0.1: gRPC and HTTP, new versions,
+a broken model beside a serving one, rollback, tokens on restricted endpoints, mutual TLS."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from mcp_compiler.api import ConvertOptions, convert
+
+from _helpers import GOLDEN, ort_run
+
+pytest.importorskip("pytriton", reason="nvidia-pytriton not installed: no tritonserver to deploy to")
+
+CLI = [sys.executable, "-m", "mcp_compiler.cli"]
+MLP = GOLDEN / "mlp" / "model.onnx"
+
+
+def _cli(*args: str, env=None):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env)
+
+
+@pytest.fixture(scope="module")
+def entries(tmp_path_factory):
+    d = tmp_path_factory.mktemp("entries")
+    convert(MLP, d / "repo", ConvertOptions(target="triton-v1.12", name="mlp"))
+    m = onnx.load(MLP)  # a second model with other weights: tells the versions apart
+    w = onnx.numpy_helper.to_array(m.graph.initializer[0]) * -1
+    m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, m.graph.initializer[0].name))
+    onnx.save(m, d / "mlp2.onnx")
+    convert(d / "mlp2.onnx", d / "repo2", ConvertOptions(target="triton-v1.12", name="mlp"))
+    broken = d / "broken" / "mlp"
+    shutil.copytree(d / "repo" / "mlp", broken)
+    (broken / "1" / "model.mcpir").write_bytes(b"\0" * 64)  # fails in initialize
+    bad_smoke = d / "badsmoke" / "mlp"
+    shutil.copytree(d / "repo" / "mlp", bad_smoke)
+    py = (bad_smoke / "1" / "model.py").read_text()
+    (bad_smoke / "1" / "model.py").write_text(py.replace("    def execute(self, requests):\n",
+                                                         "    def execute(self, requests):\n        raise RuntimeError('boom')\n"))
+    return {"v1": d / "repo" / "mlp", "v2": d / "repo2" / "mlp", "broken": broken, "bad_smoke": bad_smoke,
+            "mlp2": d / "mlp2.onnx"}
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    import os
+
+    e = dict(os.environ, MCP_STATE_DIR=str(tmp_path / "state"))
+    e.pop("MCP_API_KEY", None)
+    return e
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from mcp_compiler.serve import TritonServer
+
+    s = TritonServer(tmp_path_factory.mktemp("empty"), explicit=True)
+    s.start()
+    yield s
+    s.close()
+
+
+def _infer(url: str, protocol: str, x: np.ndarray) -> np.ndarray:
+    mod = __import__(f"tritonclient.{protocol}", fromlist=["x"])
+    c = mod.InferenceServerClient(url)
+    i = mod.InferInput("x", list(x.shape), "FP32")
+    i.set_data_from_numpy(x)
+    y = c.infer("mlp", [i]).as_numpy("y")
+    c.close()
+    return y
+
+
+X = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_deploy_redeploy_broken_rollback(server, entries, env, protocol):
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    base = ["--url", url, "--protocol", protocol]
+    r = _cli("deploy", str(entries["v1"]), *base, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "deployed mlp v1" in r.stdout and "READY in" in r.stdout and "smoke inference" in r.stdout
+    np.testing.assert_allclose(_infer(url, protocol, X), ort_run(MLP, {"x": X})[0], rtol=1e-6)
+    # a new version replaces it
+    r = _cli("deploy", str(entries["v2"]), *base, "--version", "2", env=env)
+    assert r.returncode == 0 and "(replacing v1)" in r.stdout, r.stderr
+    np.testing.assert_allclose(_infer(url, protocol, X), ort_run(entries["mlp2"], {"x": X})[0], rtol=1e-6)
+    # a model that fails to load: the server's reason, exit 1, and v2 keeps serving
+    r = _cli("deploy", str(entries["broken"]), *base, "--version", "3", env=env)
+    assert r.returncode == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    assert "still serving" in r.stderr and "not an MCP-IR file" in r.stderr
+    np.testing.assert_allclose(_infer(url, protocol, X), ort_run(entries["mlp2"], {"x": X})[0], rtol=1e-6)
+    # loads, but the smoke inference fails: rolled back to the last good deploy on request
+    r = _cli("deploy", str(entries["bad_smoke"]), *base, "--version", "4", "--rollback-on-failure", env=env)
+    assert r.returncode == 1 and "rolled back: v2 is serving again" in r.stderr, r.stderr
+    np.testing.assert_allclose(_infer(url, protocol, X), ort_run(entries["mlp2"], {"x": X})[0], rtol=1e-6)
+    r = _cli("status", *base, "--json", env=env)
+    assert r.returncode == 0 and any(m["name"] == "mlp" and m["state"] == "READY" for m in __import__("json").loads(r.stdout)["models"])
+    r = _cli("undeploy", "mlp", *base, env=env)
+    assert r.returncode == 0
+    assert "no models" in _cli("status", *base, env=env).stdout
+
+
+def test_dry_run_sends_nothing_and_hides_the_token(server, entries, env):
+    r = _cli("deploy", str(entries["v1"]), "--url", server.grpc_url, "--dry-run", "--token", "s3cr3t", env=env)
+    assert r.returncode == 0 and "1/model.mcpir" in r.stdout and "mcp-api-key: ***" in r.stdout
+    assert "s3cr3t" not in r.stdout + r.stderr
+    assert "no models" in _cli("status", "--url", server.grpc_url, env=env).stdout
+
+
+def test_unreachable_and_bad_flags(entries, env):
+    r = _cli("deploy", str(entries["v1"]), "--url", "127.0.0.1:1", env=env)
+    assert r.returncode == 1 and r.stderr.startswith("error: cannot reach Triton at grpc://127.0.0.1:1")
+    r = _cli("deploy", str(entries["v1"]), "--url", "http://x:1", env=env)
+    assert r.returncode == 2 and "HOST:PORT" in r.stderr
+    r = _cli("deploy", str(entries["v1"]), "--url", "127.0.0.1:1", "--client-cert", "a.pem", env=env)
+    assert r.returncode == 2
+
+
+def test_upload_limit_is_checked_before_sending(monkeypatch, entries):
+    from mcp_compiler import deploy as d
+    from mcp_compiler.errors import UsageError
+
+    monkeypatch.setattr(d, "GRPC_UPLOAD_LIMIT", 1000)
+    with pytest.raises(UsageError, match="one grpc load request carries at most"):
+        d.deploy(entries["v1"], d.Connection("127.0.0.1:1"))
+
+
+def test_token_on_restricted_endpoints(tmp_path, entries, env):
+    from mcp_compiler.serve import TritonServer
+
+    with TritonServer(tmp_path / "empty" if (tmp_path / "empty").mkdir() is None else None, explicit=True,
+                      extra_args=["--grpc-restricted-protocol=model-repository:mcp-api-key=letmein",
+                                  "--http-restricted-api=model-repository:mcp-api-key=letmein"]) as s:
+        for protocol, url in (("grpc", s.grpc_url), ("http", s.http_url)):
+            base = [str(entries["v1"]), "--url", url, "--protocol", protocol, "--no-smoke"]
+            r = _cli("deploy", *base, "--token", "Zq9-not-it", env=env)
+            assert r.returncode == 1 and r.stderr.startswith("error: ") and "Zq9-not-it" not in r.stderr and "refused" in r.stderr, r.stderr
+            r = _cli("deploy", *base, env=dict(env, MCP_API_KEY="letmein"))
+            assert r.returncode == 0, r.stderr
+            assert "letmein" not in r.stdout + r.stderr
+
+
+def _certs(d: Path) -> dict[str, Path]:
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=mcp-test-ca",
+        "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
+    (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for who in ("server", "client"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={'localhost' if who == 'server' else 'mcp-client'}",
+            "-keyout", str(d / f"{who}.key"), "-out", str(d / f"{who}.csr"))
+        run("x509", "-req", "-in", str(d / f"{who}.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+            "-CAcreateserial", "-days", "2", "-extfile", str(d / "san.cnf"), "-out", str(d / f"{who}.pem"))
+    return {k: d / f"{k}" for k in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI needed to make test certificates")
+def test_mutual_tls(tmp_path, entries, env):
+    from mcp_compiler.serve import TritonServer
+
+    c = _certs(tmp_path)
+    (tmp_path / "empty").mkdir()
+    args = ["--grpc-use-ssl=true", "--grpc-use-ssl-mutual=true", f"--grpc-server-cert={c['server.pem']}",
+            f"--grpc-server-key={c['server.key']}", f"--grpc-root-cert={c['ca.pem']}"]
+    with TritonServer(tmp_path / "empty", explicit=True, extra_args=args) as s:
+        base = [str(entries["v1"]), "--url", s.grpc_url, "--ssl", "--root-cert", str(c["ca.pem"]), "--timeout", "10"]
+        r = _cli("deploy", *base, env=env)  # no client certificate: refused
+        assert r.returncode == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+        r = _cli("deploy", *base, "--client-cert", str(c["client.pem"]), "--client-key", str(c["client.key"]), env=env)
+        assert r.returncode == 0, r.stderr
+        assert "over TLS (mutual)" in r.stdout
+        r = _cli("deploy", str(entries["v1"]), "--url", s.grpc_url, env=env)  # plaintext to a TLS port
+        assert r.returncode == 1 and r.stderr.startswith("error: ")
