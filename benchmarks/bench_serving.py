@@ -203,8 +203,8 @@ def main() -> None:
             rps, p50, p99 = (statistics.median(r[i] for r in rs) for i in range(3))
             rows.append([k, f"{rps:,.0f}", f"{p50:.2f}", f"{p99:.2f}", f"{rps / base:.2f}", f"{p99 / base_p99:.2f}"])
         big = work / "mlp_big.onnx"
-        make_mlp(big, d_in=2048, hidden=4096, layers=4)  # ~224 MB of weights
-        cold = cold_start([("mlp_small", src), ("mlp_224mb", big)], 1 if args.quick else 5, work)
+        make_mlp(big, d_in=2048, hidden=4096, layers=4)  # 160 MiB of weights
+        cold = cold_start([("mlp_small", src), ("mlp_160mb", big)], 1 if args.quick else 5, work)
     body = "\n\n".join([
         "## Serving on the local Triton (python backend, MCP-IR runtime)",
         f"Written by `python benchmarks/bench_serving.py --runs {args.runs} --seconds {args.seconds}`. "
@@ -217,9 +217,10 @@ def main() -> None:
         table(["setup", "req/s", "p50 ms", "p99 ms", "req/s vs no batching", "p99 vs no batching"], rows),
         "## Cold start on Triton: load request to READY",
         "Explicit model control; `load_model` until `is_model_ready`, median of "
-        f"{1 if args.quick else 5} load/unload cycles. `mcpir`: our python backend (mmap + runtime "
-        "lowering + weights as OrtValues); `onnx`: a python backend whose model.py opens model.onnx "
-        "with onnxruntime. Both include starting the python stub process.",
+        f"{1 if args.quick else 5} load/unload cycles. `mcpir`: our python backend (mmap, runtime "
+        "lowering, weights read by onnxruntime as external data inside the .mcpir); `onnx`: a "
+        "python backend whose model.py opens model.onnx with onnxruntime. Both include starting "
+        "the python stub process.",
         table(["model", "weights MB", "mcpir s", "onnx s", "mcpir/onnx"], cold),
     ])
     if not args.quick:
