@@ -83,3 +83,15 @@ def test_unknown_major_version_is_rejected(tiny_model, tmp_path):
     with pytest.raises(SchemaVersionError, match="schema version 9.0.0 is not readable"):
         from_buffer(_with_major(data, 9))
     assert issubclass(SchemaVersionError, InvalidModelError)
+
+
+def test_ir_enums_match_the_schema():
+    # The IR's enums mirror the schema's (and so ONNX's) numbering; the schema is the source.
+    from mcp_compiler.ir import AttrType, DataType, Layout
+
+    def members(cls):
+        return {k: v for k, v in vars(cls).items() if not k.startswith("_") and isinstance(v, int)}
+
+    assert {m.name: m.value for m in DataType} == members(fb.DataType)
+    assert {m.name: m.value for m in AttrType} == members(fb.AttributeType)
+    assert {m.name: m.value for m in Layout} == members(fb.Layout)
