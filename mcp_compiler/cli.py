@@ -423,6 +423,44 @@ def undeploy(
     _run(rep, debug, body)
 
 
+@app.command()
+def zoo(
+    manifest: Path = typer.Argument(..., help="The zoo manifest (zoo.yaml).", dir_okay=False),
+    output: Path = typer.Option(Path("model_repository"), "--output", "-o", help="The model repository to fill."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Parallel processes (default: CPUs)."),
+    shard: Optional[str] = typer.Option(None, "--shard", metavar="K/N", help="Only the K-th of N deterministic slices."),
+    report_path: Optional[Path] = typer.Option(None, "--report", help="Write a JSON report here."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Cache folder (default ~/.cache/mcp-cli/zoo)."),
+    verify_: bool = typer.Option(False, "--verify", help="Verify each model against onnxruntime."),
+    json_out: bool = JsonOpt,
+    debug: bool = DebugOpt,
+) -> None:
+    """Convert every model of a manifest into one repository (parallel, cached, shardable)."""
+    rep = Reporter(json_mode=json_out)
+
+    def body() -> None:
+        from .manifest import load_manifest
+        from .zoo import parse_shard, run_zoo, write_junit, write_report
+
+        m = load_manifest(manifest)
+        sh = parse_shard(shard)
+        t0 = __import__("time").perf_counter()
+        with rep.zoo_progress() as progress:
+            results = run_zoo(m, output, jobs=jobs, shard=sh, cache=cache, verify=verify_, progress=progress)
+        wall = __import__("time").perf_counter() - t0
+        if report_path:
+            write_report(results, report_path, m, sh)
+        if junit:
+            write_junit(results, junit)
+        rep.zoo_done(results, wall)
+        failed = [r for r in results if r.status == "failed"]
+        if failed:
+            raise typer.Exit(1)
+
+    _run(rep, debug, body)
+
+
 def main() -> None:
     app()
 

@@ -102,6 +102,46 @@ class Reporter:
             self.out.print(f"  {o.name}: max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g}, "
                            f"cosine {o.cosine:.6f}  {'ok' if o.ok else 'FAILED'}", markup=False)
 
+    # -- zoo ----------------------------------------------------------------------------------
+    def zoo_progress(self):  # noqa: ANN201 - a context manager yielding the progress callback
+        import contextlib
+
+        @contextlib.contextmanager
+        def manager():
+            if self.rich and self.err.is_terminal:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+                with Progress(TextColumn("zoo"), BarColumn(), MofNCompleteColumn(),
+                              TextColumn("{task.description}"), console=self.err) as p:
+                    task = p.add_task("", total=None)
+
+                    def cb(r, done, total):  # noqa: ANN001, ANN202
+                        p.update(task, completed=done, total=total, description=f"{r.name}: {r.status}")
+                    yield cb
+                return
+
+            def plain(r, done, total):  # noqa: ANN001, ANN202
+                if not self.json_mode:
+                    why = f": {r.reason}" if r.reason else ""
+                    self.out.print(f"[{done}/{total}] {r.name}: {r.status} ({r.seconds:.2f} s){why}", markup=False)
+            yield plain
+
+        return manager()
+
+    def zoo_done(self, results, wall: float) -> None:  # noqa: ANN001
+        from dataclasses import asdict
+
+        counts = {s: sum(r.status == s for r in results) for s in ("converted", "cached", "failed")}
+        if self.json_mode:
+            self.json({"ok": counts["failed"] == 0, "seconds": round(wall, 3), "counts": counts,
+                       "models": [asdict(r) for r in results]})
+            return
+        self.out.print(f"zoo: {len(results)} models in {wall:.2f} s: {counts['converted']} converted, "
+                       f"{counts['cached']} cached, {counts['failed']} failed", markup=False)
+        for r in results:
+            if r.status == "failed":
+                self.err.print(f"error: {r.name}: {r.reason}", markup=False)
+
     # -- inspect ------------------------------------------------------------------------------
     def summary(self, s: ModelSummary, path: str) -> None:
         if self.json_mode:

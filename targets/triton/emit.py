@@ -89,6 +89,25 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     return EmitResult(final, files, cfg, warnings)
 
 
+def install_entry(src: Path, out_dir: Path, name: str) -> Path:
+    """Copy a finished entry (e.g. from a cache) into the repository as DIR/NAME, replacing any
+    entry there, with the same staging and locking as a convert."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / check_name(name)
+    staging, _ = _staging_dir(out_dir)
+    _remove_stale(staging, name)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{name}.{os.getpid()}.", suffix=".tmp", dir=staging))
+    try:
+        tmp.chmod(0o755)
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
+        with _locked(out_dir):
+            _swap_in(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
 def _staging_dir(out_dir: Path) -> tuple[Path, list[str]]:
     sibling = out_dir.resolve().parent / f".{out_dir.resolve().name}.mcp-staging"
     try:

@@ -1,0 +1,220 @@
+"""The zoo manifest (zoo.yaml): a schema-checked list of models, their sources and options.
+
+    defaults:                       # applied to every model, per-model keys win
+      target: triton-v1.12
+      backend: python
+      serving: {max_batch_size: 8}
+      verify_dims: {N: 1}
+    models:
+      - name: det
+        source: {path: models/det.onnx}          # relative to the manifest's folder
+      - name: rec
+        source:
+          pypi: {package: rapidocr-onnxruntime, version: 1.4.4,
+                 path: rapidocr_onnxruntime/models/rec.onnx, sha256: 48fc...}
+        serving: {dynamic_batch: false}
+
+Unknown keys and values of the wrong type are errors that name the file and line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+_SERVING_KEYS = None  # filled from ServingParams on first use
+
+
+@dataclass
+class Source:
+    path: Path | None = None
+    package: str | None = None
+    version: str | None = None
+    member: str | None = None        # path inside the wheel
+    sha256: str | None = None
+
+    def describe(self) -> str:
+        return str(self.path) if self.path else f"{self.package}=={self.version}:{self.member}"
+
+
+@dataclass
+class ZooModel:
+    name: str
+    source: Source
+    target: str = "triton-v1.12"
+    backend: str = "python"
+    serving: dict[str, Any] = field(default_factory=dict)
+    verify_dims: dict[str, int] = field(default_factory=dict)
+    line: int = 0
+
+    def options_key(self) -> str:
+        """The options as canonical JSON: part of the cache key."""
+        return json.dumps({"target": self.target, "backend": self.backend, "serving": self.serving,
+                           "verify_dims": self.verify_dims, "name": self.name}, sort_keys=True)
+
+
+@dataclass
+class Manifest:
+    path: Path
+    models: list[ZooModel]
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+def _serving_keys() -> dict[str, type]:
+    from dataclasses import fields
+
+    from .targets.triton.params import ServingParams
+
+    kinds = {}
+    for f in fields(ServingParams):
+        t = str(f.type)
+        kinds[f.name] = bool if "bool" in t else list if "list" in t else dict if "dict" in t else \
+            str if "str" in t else int
+    return kinds
+
+
+class _Checker:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, node: Any, msg: str) -> UsageError:
+        line = node.start_mark.line + 1 if node is not None and hasattr(node, "start_mark") else "?"
+        return UsageError(f"{self.path} line {line}: {msg}")
+
+    def mapping(self, node: Any, what: str, allowed: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+        """{key: (key node, value node)} of a mapping node whose keys must be in `allowed`."""
+        import yaml
+
+        if not isinstance(node, yaml.MappingNode):
+            raise self.fail(node, f"{what} must be a mapping")
+        out = {}
+        for k, v in node.value:
+            key = k.value
+            if key not in allowed:
+                raise self.fail(k, f"unknown key {key!r} in {what} (known: {', '.join(allowed)})")
+            if key in out:
+                raise self.fail(k, f"{key!r} given twice in {what}")
+            out[key] = (k, v)
+        return out
+
+    def scalar(self, node: Any, what: str, kind: type) -> Any:
+        import yaml
+
+        if kind is dict or kind is list:
+            data = yaml.safe_load(yaml.serialize(node))
+            if not isinstance(data, kind):
+                raise self.fail(node, f"{what} must be a {'mapping' if kind is dict else 'list'}")
+            return data
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.fail(node, f"{what} must be a {kind.__name__}")
+        value = yaml.safe_load(yaml.serialize(node))
+        if kind is str and not isinstance(value, str):
+            value = str(value) if isinstance(value, (int, float)) and what.endswith("version") else value
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if not ok:
+            raise self.fail(node, f"{what} must be a {kind.__name__}, got {value!r}")
+        return value
+
+
+_MODEL_KEYS = {"name": str, "source": dict, "target": str, "backend": str, "serving": dict, "verify_dims": dict}
+_DEFAULT_KEYS = {k: v for k, v in _MODEL_KEYS.items() if k not in ("name", "source")}
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"{path}: {e.strerror}") from None
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise UsageError(f"{path} line {mark.line + 1 if mark else '?'}: not valid YAML "
+                         f"({getattr(e, 'problem', e)})") from None
+    c = _Checker(path)
+    if root is None:
+        raise UsageError(f"{path}: empty manifest")
+    top = c.mapping(root, "the manifest", {"defaults": None, "models": None})
+    if "models" not in top:
+        raise c.fail(root, "no 'models' list")
+    defaults: dict[str, Any] = {}
+    if "defaults" in top:
+        for key, (kn, vn) in c.mapping(top["defaults"][1], "defaults", _DEFAULT_KEYS).items():
+            defaults[key] = c.scalar(vn, f"defaults.{key}", _DEFAULT_KEYS[key])
+            if key == "serving":
+                _check_serving(c, vn, defaults[key], "defaults.serving")
+    models_node = top["models"][1]
+    if not isinstance(models_node, yaml.SequenceNode) or not models_node.value:
+        raise c.fail(models_node, "models must be a non-empty list")
+    models, names = [], set()
+    for i, mn in enumerate(models_node.value):
+        fields_ = c.mapping(mn, f"models[{i}]", _MODEL_KEYS)
+        for req in ("name", "source"):
+            if req not in fields_:
+                raise c.fail(mn, f"models[{i}] has no {req!r}")
+        name = c.scalar(fields_["name"][1], f"models[{i}].name", str)
+        if name in names:
+            raise c.fail(fields_["name"][1], f"model name {name!r} appears twice")
+        names.add(name)
+        from .targets.triton.config import check_name
+
+        try:
+            check_name(name)
+        except UsageError as e:
+            raise c.fail(fields_["name"][1], str(e)) from None
+        source = _source(c, fields_["source"][1], path.parent, name)
+        m = ZooModel(name, source, line=mn.start_mark.line + 1)
+        for key in _DEFAULT_KEYS:
+            if key in fields_:
+                value = c.scalar(fields_[key][1], f"{name}.{key}", _DEFAULT_KEYS[key])
+                if key == "serving":
+                    _check_serving(c, fields_[key][1], value, f"{name}.serving")
+                    value = {**defaults.get("serving", {}), **value}
+                elif key == "verify_dims":
+                    value = {**defaults.get("verify_dims", {}), **value}
+            else:
+                value = defaults.get(key, getattr(m, key))
+            setattr(m, key, value)
+        models.append(m)
+    return Manifest(path, models)
+
+
+def _check_serving(c: _Checker, node: Any, value: dict, what: str) -> None:
+    kinds = _serving_keys()
+    for k, v in value.items():
+        if k not in kinds:
+            raise c.fail(node, f"unknown key {k!r} in {what} (known: {', '.join(kinds)})")
+        want = kinds[k]
+        if k == "dynamic_batch" and v is None:
+            continue
+        if not isinstance(v, want) or (want is int and isinstance(v, bool)):
+            raise c.fail(node, f"{what}.{k} must be a {want.__name__}, got {v!r}")
+
+
+def _source(c: _Checker, node: Any, base: Path, name: str) -> Source:
+    fields_ = c.mapping(node, f"{name}.source", {"path": str, "pypi": dict})
+    if len(fields_) != 1:
+        raise c.fail(node, f"{name}.source needs exactly one of path, pypi")
+    if "path" in fields_:
+        p = Path(c.scalar(fields_["path"][1], f"{name}.source.path", str))
+        return Source(path=p if p.is_absolute() else (base / p))
+    keys = {"package": str, "version": str, "path": str, "sha256": str}
+    pf = c.mapping(fields_["pypi"][1], f"{name}.source.pypi", keys)
+    missing = [k for k in keys if k not in pf]
+    if missing:
+        raise c.fail(fields_["pypi"][1], f"{name}.source.pypi lacks {', '.join(missing)}")
+    v = {k: c.scalar(pf[k][1], f"{name}.source.pypi.{k}", str) for k in keys}
+    sha = v["sha256"].lower()
+    if len(sha) != 64 or any(ch not in "0123456789abcdef" for ch in sha):
+        raise c.fail(pf["sha256"][1], f"{name}.source.pypi.sha256 is not a sha256 hex digest")
+    return Source(package=v["package"], version=v["version"], member=v["path"], sha256=sha)
