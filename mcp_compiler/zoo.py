@@ -199,7 +199,12 @@ def run_zoo(manifest: Manifest, output: Path, *, jobs: int | None = None, shard:
         for m, model_file, key in todo:
             done(convert_one(m, cache, verify, model_file, key))
     else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=get_context("spawn")) as ex:
+        # fork reuses this process's imports (onnx, onnxruntime: most of a worker's start-up); it
+        # is only safe while no other thread runs (a progress display's would be copied mid-lock).
+        import threading
+
+        method = "fork" if sys.platform == "linux" and threading.active_count() == 1 else "forkserver"
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=get_context(method)) as ex:
             futures = {ex.submit(convert_one, m, cache, verify, f, k): m for m, f, k in todo}
             for fut in as_completed(futures):
                 m = futures[fut]
