@@ -32,7 +32,8 @@ class ConstantToInitializerPass(Pass):
         moved = 0
         for g in model.all_graphs():
             outputs = {id(v) for v in g.outputs}
-            for n in list(g.nodes):
+            done = []
+            for n in g.nodes:
                 if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or len(n.attributes) != 1:
                     continue
                 out = n.outputs[0]
@@ -43,12 +44,14 @@ class ConstantToInitializerPass(Pass):
                     continue
                 uses = list(out.uses)
                 out.uses.clear()
-                g.remove_node(n)
+                n.detach()
+                done.append(n)
                 out.const = tensor
                 out.output_index = -1
                 out.uses.extend(uses)
                 g.initializers[out.name] = out
                 moved += 1
+            g.remove_nodes(done)
         return PassResult(model, moved > 0, {"constants_moved": moved})
 
 

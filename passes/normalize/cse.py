@@ -26,7 +26,8 @@ class CommonSubexpressionEliminationPass(Pass):
         for g in model.all_graphs():
             outputs = {id(v) for v in g.outputs}
             seen: dict[tuple, Node] = {}
-            for n in list(g.nodes):
+            done = []
+            for n in g.nodes:
                 key = _key(n)
                 if key is None:
                     continue
@@ -38,8 +39,10 @@ class CommonSubexpressionEliminationPass(Pass):
                     continue
                 for mine, theirs in zip(n.outputs, first.outputs):
                     mine.replace_all_uses_with(theirs)
-                g.remove_node(n)
+                n.detach()
+                done.append(n)
                 merged += 1
+            g.remove_nodes(done)
         return PassResult(model, merged > 0, {"nodes_merged": merged})
 
 

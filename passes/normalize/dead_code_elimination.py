@@ -29,12 +29,13 @@ class DeadCodeEliminationPass(Pass):
 
 def _sweep(g: Graph) -> tuple[int, int]:
     live_outputs = {id(v) for v in g.outputs}
-    removed = 0
-    for n in reversed(list(g.nodes)):
+    dead = []
+    for n in reversed(g.nodes):
         if any(o.uses or id(o) in live_outputs for o in n.outputs):
             continue
-        g.remove_node(n)
-        removed += 1
+        n.detach()  # now its inputs may have lost their last use: seen as we walk back
+        dead.append(n)
+    removed = g.remove_nodes(dead)
     inputs = {id(v) for v in g.inputs}
     dead = [k for k, v in g.initializers.items()
             if not v.uses and id(v) not in live_outputs and id(v) not in inputs]

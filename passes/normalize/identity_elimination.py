@@ -26,7 +26,8 @@ class IdentityEliminationPass(Pass):
         removed = 0
         for g in model.all_graphs():
             outputs = {id(v) for v in g.outputs}
-            for n in list(g.nodes):
+            done = []
+            for n in g.nodes:
                 if n.domain not in ("", "ai.onnx") or not n.inputs or n.inputs[0] is None:
                     continue
                 if not _is_noop(n):
@@ -37,8 +38,10 @@ class IdentityEliminationPass(Pass):
                 if y.type is not None and x.type is not None and y.type != x.type and n.op_type != "Identity":
                     continue
                 y.replace_all_uses_with(x)
-                g.remove_node(n)
+                n.detach()
+                done.append(n)
                 removed += 1
+            g.remove_nodes(done)
         return PassResult(model, removed > 0, {"nodes_removed": removed})
 
 
