@@ -1,8 +1,5 @@
 """mcp-cli: ONNX -> MCP-IR -> Triton Inference Server model repository."""
 
-from importlib.metadata import PackageNotFoundError, version
+from ._version import __version__
 
-try:
-    __version__ = version("mcp-cli")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0+unknown"
+__all__ = ["__version__"]

@@ -12,7 +12,7 @@ from .errors import InvalidModelError, UsageError
 from .frontend import load_onnx
 from .ir.graph import Model
 from .ir_schema import FILE_EXTENSION
-from .mcpir import is_mcpir, read_mcpir, write_mcpir
+from .mcpir.writer import write_mcpir
 from .summary import ModelSummary, summarize
 
 DEFAULT_REPOSITORY = "model_repository"
@@ -65,6 +65,8 @@ def load_model(path: str | os.PathLike, *, check: bool = True, infer_shapes: boo
             head = f.read(12)
     except OSError as e:
         raise InvalidModelError(path, f"cannot read: {e.strerror}") from None
+    from .mcpir.reader import is_mcpir, read_mcpir  # not needed on the ONNX path: imported late
+
     if is_mcpir(head) or path.suffix == FILE_EXTENSION:
         return read_mcpir(path), "mcpir", []
     loaded = load_onnx(path, check=check, infer_shapes=infer_shapes)
