@@ -19,7 +19,8 @@ class ConstantToInitializerPass(Pass):
 
     Rules: `value` (a tensor), `value_float(s)`, `value_int(s)`, `value_string(s)`. Not applied to
     `sparse_value`, to a Constant whose output is a graph output (the interface stays as it is),
-    nor to models of IR version < 4 (there, initializers must also be graph inputs).
+    inside model-local function bodies (FunctionProto has no initializers), nor to models of IR
+    version < 4 (there, initializers must also be graph inputs).
     Establishes: no-constant-nodes (for the forms above).
     """
 
@@ -30,7 +31,7 @@ class ConstantToInitializerPass(Pass):
         if model.ir_version < 4:
             return PassResult(model, False, {"skipped_ir_version_below_4": 1})
         moved = 0
-        for g in model.all_graphs():
+        for g in model.graph.graphs():  # function bodies have no initializers
             outputs = {id(v) for v in g.outputs}
             done = []
             for n in g.nodes:

@@ -20,7 +20,7 @@ class DeduplicateWeightsPass(Pass):
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         merged = saved = 0
-        for g in model.all_graphs():
+        for g in model.graph.graphs():  # function bodies have no initializers
             interface = {id(v) for v in [*g.inputs, *g.outputs]}
             seen: dict[tuple, list] = {}
             for name, v in list(g.initializers.items()):

@@ -201,3 +201,25 @@ def test_pass_failure_names_the_pass(tmp_path, tiny_model):
 
 def test_registry_names_are_kebab_case():
     assert all(n == c.name and n.replace("-", "").isalpha() for n, c in PASSES.items())
+
+
+def test_default_pipeline_on_a_model_with_functions(tmp_path):
+    # Constants inside a function body must stay nodes: FunctionProto has no initializers.
+    from mcp_compiler.targets import get_target
+
+    fn = helper.make_function(
+        "custom", "AddOne", ["a"], ["b"],
+        [helper.make_node("Constant", [], ["one"], value=numpy_helper.from_array(np.ones(3, np.float32))),
+         helper.make_node("Identity", ["one"], ["one2"]),
+         helper.make_node("Add", ["a", "one2"], ["b"])], [helper.make_opsetid("", 17)])
+    g = helper.make_graph([helper.make_node("AddOne", ["x"], ["y"], domain="custom")], "g",
+                          [helper.make_tensor_value_info("x", F, [2, 3])], [helper.make_tensor_value_info("y", F, [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)],
+                          functions=[fn])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "f.onnx")
+    model = load_onnx(tmp_path / "f.onnx").model
+    PassManager(default_pipeline(get_target("triton-v1.12")), PassContext(verify_each=True)).run(model)
+    body = [n.op_type for n in model.functions[0].body.nodes]
+    assert body == ["Constant", "Add"]  # Identity removed, Constant kept
+    _same_outputs(m, model, {"x": X})
