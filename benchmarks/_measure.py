@@ -21,17 +21,23 @@ class Run:
 TIME = "/usr/bin/time"
 
 
-def measure(cmd: list[str], env: dict | None = None) -> Run:
+def measure(cmd: list[str], env: dict | None = None, timeout: float | None = None) -> Run:
     """Wall and peak RSS of `cmd`. The RSS comes from GNU time: a child forked from this (large)
     Python process would inherit its high-water mark in os.wait4's rusage on Linux."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         t0 = time.perf_counter()
-        p = subprocess.run([TIME, "-f", "%M", "-o", tf.name, *cmd], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, env=env)
+        p = subprocess.Popen([TIME, "-f", "%M", "-o", tf.name, *cmd], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, env=env, start_new_session=True)
+        try:
+            _, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, 9)  # the whole group: GNU time and the command it runs
+            p.communicate()
+            return Run(float("inf"), 0.0, -9)
         wall = time.perf_counter() - t0
         lines = [ln for ln in open(tf.name).read().splitlines() if ln.strip()]
     if p.returncode != 0:
-        print(f"command failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr.decode(errors='replace')}",
+        print(f"command failed ({p.returncode}): {' '.join(cmd)}\n{err.decode(errors='replace')}",
               file=sys.stderr)
     return Run(wall, int(lines[-1]) / 1024, p.returncode)
 
