@@ -146,8 +146,9 @@ def main() -> None:
     models = [(p.stem, p, False) for p in sorted(ZOO.glob("*.onnx"))] + [(big.stem, big, True)]
     conv = bench_convert(models, args.runs)
     cold = [] if args.no_cold else bench_cold(big, args.runs)
-    body = "\n\n".join([
-        "## Convert: `mcp-cli convert --output x.mcpir` vs `onnx.load` + `onnx.save` vs `cp`",
+    title = "## Convert" + ("" if args.big_mb == 1024 else f" at {args.big_mb} MB")
+    sections = [
+        title + ": `mcp-cli convert --output x.mcpir` vs `onnx.load` + `onnx.save` vs `cp`",
         f"Written by `python benchmarks/bench_convert.py --runs {args.runs} --big-mb {args.big_mb}`. "
         f"Machine: {machine()}. Versions: "
         + ", ".join(f"{k} {v}" for k, v in versions().items()) + ".",
@@ -156,6 +157,8 @@ def main() -> None:
         "external data again).",
         table(["model", "weights MB", "mcp-cli s", "onnx load+save s", "cp s", "mcp/onnx",
                "mcp/cp", "mcp RSS MB", "onnx RSS MB", "mcp RSS / weights"], conv),
+    ]
+    cold_part = [
         "## Cold load: file on disk to onnxruntime session ready (" + big.stem + ")",
         "`mcpir`: `read_mcpir` (mmap, verified) + `mcp_compiler.session.create_session`: the "
         "initializers are described to onnxruntime as external data inside the .mcpir itself, "
@@ -164,7 +167,8 @@ def main() -> None:
         "weights instead of a packed copy). In-process seconds after imports to session ready and "
         f"to the first inference (batch 1); whole-process wall and peak RSS; medians of {args.runs}.",
         table(["from", "to ready s", "to first output s", "process wall s", "peak RSS MB"], cold),
-    ])
+    ]
+    body = "\n\n".join(sections + (cold_part if cold else []))
     if args.quick:
         print(body)
     else:
