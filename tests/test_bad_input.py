@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from mcp_compiler.cli import app

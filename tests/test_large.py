@@ -28,7 +28,7 @@ def big(tmp_path_factory):
             for row in (0, K // 2, K - 1):
                 f.seek(i * size + row * N * 4 + 4 * (i + 1))
                 f.write(np.float32(0.5 + i).tobytes())
-    inits, nodes, outs = [], [], []
+    inits, nodes = [], []
     for i in range(COUNT):
         t = TensorProto(name=f"w{i}", data_type=TensorProto.FLOAT, dims=[K, N])
         t.data_location = TensorProto.EXTERNAL

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import onnx
 import pytest
 from google.protobuf import text_format

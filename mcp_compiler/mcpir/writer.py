@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import struct
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -469,7 +468,3 @@ class _Encoder:
         for add, x in payload:
             add(b, x)
         return fb.AttributeEnd(b)
-
-
-# The size prefix FlatBuffers writes before the root offset.
-SIZE_PREFIX = struct.Struct("<I")
