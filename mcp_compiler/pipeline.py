@@ -6,14 +6,14 @@ from .errors import UsageError
 from .passes import PASSES, Pass, PassContext, PassManager, Repeat
 from .passes.normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
                                DeadCodeEliminationPass, DeduplicateWeightsPass,
-                               IdentityEliminationPass)
+                               FoldConstantsPass, IdentityEliminationPass)
 
 
 def default_pipeline(target=None) -> list[Pass | Repeat]:  # noqa: ANN001
     """Normalization, then the target's own rewrite rules."""
     steps: list[Pass | Repeat] = [
         ConstantToInitializerPass(),
-        Repeat([IdentityEliminationPass(), CommonSubexpressionEliminationPass(),
+        Repeat([FoldConstantsPass(), IdentityEliminationPass(), CommonSubexpressionEliminationPass(),
                 DeadCodeEliminationPass()]),
         DeduplicateWeightsPass(),
     ]

@@ -8,7 +8,8 @@ from __future__ import annotations
 from ._infra import (Pass, PassContext, PassError, PassManager, PassRecord, PassResult,
                      PipelineError, Property, Repeat)
 from .normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
-                        DeadCodeEliminationPass, DeduplicateWeightsPass, IdentityEliminationPass)
+                        DeadCodeEliminationPass, DeduplicateWeightsPass, FoldConstantsPass,
+                        IdentityEliminationPass)
 
 
 def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
@@ -21,7 +22,7 @@ def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
 
 
 PASSES: dict[str, type[Pass]] = _table(
-    ConstantToInitializerPass, IdentityEliminationPass, CommonSubexpressionEliminationPass,
+    ConstantToInitializerPass, FoldConstantsPass, IdentityEliminationPass, CommonSubexpressionEliminationPass,
     DeadCodeEliminationPass, DeduplicateWeightsPass,
 )
 

@@ -4,7 +4,9 @@ from .constant_to_initializer import ConstantToInitializerPass
 from .cse import CommonSubexpressionEliminationPass
 from .dead_code_elimination import DeadCodeEliminationPass
 from .dedup_weights import DeduplicateWeightsPass
+from .fold_constants import FoldConstantsPass
 from .identity_elimination import IdentityEliminationPass
 
 __all__ = ["CommonSubexpressionEliminationPass", "ConstantToInitializerPass",
-           "DeadCodeEliminationPass", "DeduplicateWeightsPass", "IdentityEliminationPass"]
+           "DeadCodeEliminationPass", "DeduplicateWeightsPass", "FoldConstantsPass",
+           "IdentityEliminationPass"]

@@ -1,0 +1,145 @@
+"""Evaluate nodes whose inputs are all constants, once, with onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mcp_compiler.ir import AttrType, Graph, Model, Node, Tensor, TensorType
+
+from .._infra import Pass, PassContext, PassResult
+
+_NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                     "Multinomial", "Bernoulli", "Dropout"}
+
+
+class FoldConstantsPass(Pass):
+    """op(c1, c2, ...) -> c, for nodes of the main graph whose inputs are all constants (or
+    folded already), and Shape(x) -> c when x's shape is fully known.
+
+    All foldable nodes are evaluated in one onnxruntime session (the runtime the target runs on,
+    so folded values are the ones it would compute). Not applied to random ops, nodes with
+    subgraphs, non-default domains, values that are graph outputs, results of a dtype numpy cannot
+    hold, or results larger than `ctx.fold_size_limit` bytes and larger than their inputs (folding
+    never blows up the weights). If onnxruntime cannot evaluate the set, nothing is folded and the
+    stats say so.
+    """
+
+    name = "fold-constants"
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        g = model.graph
+        outputs = {id(v) for v in g.outputs}
+        known: set[int] = {id(v) for v in g.initializers.values()}
+        fold: list[Node] = []
+        for n in g.nodes:
+            if n.domain not in ("", "ai.onnx") or n.op_type in _NONDETERMINISTIC:
+                continue
+            if any(a.type in (AttrType.GRAPH, AttrType.GRAPHS) or a.ref_attr_name for a in n.attributes.values()):
+                continue
+            if n.op_type == "Shape" and _static_shape(n) is not None and not n.attributes:
+                fold.append(n)
+                known.update(id(o) for o in n.outputs)
+                continue
+            ins = [v for v in n.inputs if v is not None]
+            if ins and all(id(v) in known for v in ins) and n.op_type != "Constant":
+                fold.append(n)
+                known.update(id(o) for o in n.outputs)
+        if not fold:
+            return PassResult(model, False, {"nodes_folded": 0})
+        folded_ids = {id(n) for n in fold}
+        wanted = [o for n in fold for o in n.outputs if o.name and id(o) not in outputs
+                  and any(id(u) not in folded_ids for u, _ in o.uses)]
+        try:
+            values = _evaluate(model, g, fold, wanted)
+        except Exception as e:  # noqa: BLE001 - reported in the stats, the model stays as it was
+            return PassResult(model, False, {"nodes_folded": 0, "not_folded_runtime_error": 1,
+                                             "error": str(e).splitlines()[0][:200]})
+        replaced = 0
+        for v, arr in zip(wanted, values):
+            if arr.dtype.type.__module__ != "numpy" or arr.dtype == object:
+                continue
+            producer = v.producer
+            in_bytes = sum(x.const.nbytes for x in producer.inputs if x is not None and x.const is not None) \
+                if producer is not None else 0
+            if arr.nbytes > ctx.fold_size_limit and arr.nbytes > in_bytes:
+                continue
+            uses = list(v.uses)
+            v.uses.clear()
+            v.const = Tensor.from_numpy(v.name, np.ascontiguousarray(arr))
+            v.uses.extend(uses)
+            # The value is now a constant: its producer no longer defines it.
+            if producer is not None:
+                producer.outputs[v.output_index] = _orphan(v, producer, v.output_index)
+            v.producer, v.output_index = None, -1
+            g.initializers[v.name] = v
+            replaced += 1
+        # Foldable nodes none of whose outputs is still used go; dead-code-elimination would too.
+        dead = []
+        for n in reversed(fold):  # back to front: detaching a node may free its producers
+            if all(not o.uses and id(o) not in outputs for o in n.outputs):
+                n.detach()
+                dead.append(n)
+        g.remove_nodes(dead)
+        return PassResult(model, replaced > 0, {"nodes_folded": len(dead), "values_replaced": replaced})
+
+
+def _orphan(v, producer: Node, index: int):  # noqa: ANN001, ANN202
+    """A fresh, unused stand-in for an output a producer loses to an initializer."""
+    from mcp_compiler.ir import Value
+
+    stand_in = Value(f"{v.name}__folded")
+    stand_in.producer, stand_in.output_index = producer, index
+    return stand_in
+
+
+def _static_shape(n: Node) -> tuple[int, ...] | None:
+    x = n.inputs[0] if n.inputs else None
+    t = x.type if x is not None else None
+    if isinstance(t, TensorType) and t.shape is not None and all(isinstance(d, int) for d in t.shape):
+        return tuple(t.shape)
+    return None
+
+
+def _evaluate(model: Model, g: Graph, fold: list[Node], wanted: list) -> list[np.ndarray]:
+    import onnxruntime as ort
+    from onnx import helper
+
+    from mcp_compiler.ir import Model as IRModel
+    from mcp_compiler.ir import Value
+    from mcp_compiler.lower import to_onnx
+
+    sub = Graph("fold")
+    mapping: dict[int, Value] = {}
+    folded_outputs = {id(o) for n in fold for o in n.outputs}
+
+    def local(v: Value) -> Value:
+        if id(v) not in mapping:
+            if id(v) in folded_outputs:
+                mapping[id(v)] = Value(v.name)
+            else:  # a constant input
+                c = Value(v.name, const=v.const)
+                sub.initializers[v.name] = c
+                mapping[id(v)] = c
+        return mapping[id(v)]
+
+    for n in fold:
+        outs = [local(o) if o.name else Value("") for o in n.outputs]
+        if n.op_type == "Shape" and _static_shape(n) is not None:
+            shape = np.asarray(_static_shape(n), dtype=np.int64)
+            o = outs[0]
+            o.const = Tensor.from_numpy(o.name, shape)
+            sub.initializers[o.name] = o
+            continue
+        Node(n.op_type, [local(v) if v is not None else None for v in n.inputs], outs,
+             domain=n.domain, name=n.name, attributes=list(n.attributes.values()))
+        sub.nodes.append(outs[0].producer if outs and outs[0].producer else None)
+    sub.nodes = [x for x in sub.nodes if x is not None]
+    sub.outputs = [mapping[id(v)] for v in wanted]
+    proto = to_onnx(IRModel(sub, dict(model.opset_imports), ir_version=max(model.ir_version, 4)))
+    for o in proto.graph.output:
+        o.type.CopyFrom(helper.make_empty_tensor_value_info(o.name).type)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, {})
