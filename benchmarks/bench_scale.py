@@ -107,8 +107,9 @@ def main() -> None:
         + (f", onnxslim {__import__('onnxslim').__version__}" if has_slim else ", onnxslim not installed") + ".",
         "`mcp-cli convert --target triton-v1.12` (checker, shape inference, normalization pipeline, "
         ".mcpir and repository) vs `onnxslim in out`; whole-process wall seconds, median of "
-        f"{args.runs}. `deep*`: chains of Constant -> Mul -> Relu -> Identity. (onnxslim also folds "
-        "constants, which our pipeline does not yet do: node counts differ for that reason.)",
+        f"{args.runs}. `deep*`: chains of Constant -> Mul -> Relu -> Identity. Node counts after "
+        "differ where onnxslim fuses (BatchNormalization into Conv, HardSwish, ...), which our "
+        "pipeline does not do yet.",
         table(["model", "nodes in", "nodes after (mcp)", "nodes after (onnxslim)", "mcp-cli s", "onnxslim s",
                "mcp / onnxslim"], rows),
         f"Growth: the {deep[1][0]} graph takes {ratio:.1f}x the {deep[0][0]} one (goal <= 12x, and <= 20 s).",
