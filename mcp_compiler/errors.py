@@ -21,6 +21,13 @@ class UsageError(McpError):
     exit_code = 2
 
 
+def yaml_usage_error(label: str, e: Exception) -> UsageError:
+    """`label line N: not valid YAML (problem)` for a PyYAML error (N when PyYAML knows it)."""
+    mark = getattr(e, "problem_mark", None)
+    where = f" line {mark.line + 1}" if mark is not None else ""
+    return UsageError(f"{label}{where}: not valid YAML ({getattr(e, 'problem', e)})")
+
+
 class InvalidModelError(McpError):
     """An input file (ONNX or MCP-IR) is corrupt, malformed or hostile."""
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from .errors import UsageError, yaml_usage_error
 
 _SERVING_KEYS = None  # filled from ServingParams on first use
 
@@ -138,9 +138,7 @@ def load_manifest(path: str | Path) -> Manifest:
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise UsageError(f"{path} line {mark.line + 1 if mark else '?'}: not valid YAML "
-                         f"({getattr(e, 'problem', e)})") from None
+        raise yaml_usage_error(str(path), e) from None
     c = _Checker(path)
     if root is None:
         raise UsageError(f"{path}: empty manifest")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from mcp_compiler.errors import UsageError
+from mcp_compiler.errors import UsageError, yaml_usage_error
 
 QUANTIZATION_LEVELS = ("none", "fp8", "int4")
 
@@ -70,9 +70,7 @@ def load_build_file(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise UsageError(f"--config {path}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+        raise yaml_usage_error(f"--config {path}", e) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
