@@ -130,10 +130,8 @@ def _evaluate(model: Model, g: Graph, fold: list[Node], wanted: list) -> list[np
             o.const = Tensor.from_numpy(o.name, shape)
             sub.initializers[o.name] = o
             continue
-        Node(n.op_type, [local(v) if v is not None else None for v in n.inputs], outs,
-             domain=n.domain, name=n.name, attributes=list(n.attributes.values()))
-        sub.nodes.append(outs[0].producer if outs and outs[0].producer else None)
-    sub.nodes = [x for x in sub.nodes if x is not None]
+        sub.nodes.append(Node(n.op_type, [local(v) if v is not None else None for v in n.inputs], outs,
+                              domain=n.domain, name=n.name, attributes=list(n.attributes.values())))
     sub.outputs = [mapping[id(v)] for v in wanted]
     proto = to_onnx(IRModel(sub, dict(model.opset_imports), ir_version=max(model.ir_version, 4)))
     for o in proto.graph.output:
