@@ -32,6 +32,11 @@ class ConvertOptions:
     passes: list[str] | None = None     # None: the target's default pipeline (none without target)
     disabled_passes: set[str] = field(default_factory=set)
     verify_each: bool = False           # check IR invariants after every pass
+    quantize: Any = None                # passes.quantize.QuantizeOptions (None: no quantization)
+    calibration_data: str | None = None     # folder of .npz input samples (activation ranges, accuracy)
+    accuracy_budget: dict[str, float] = field(default_factory=dict)   # e.g. {"cos": 0.99}
+    accuracy_samples: int = 2           # random input sets for the accuracy report (no --calibration-data)
+    opset: int | None = None            # raise the ai.onnx opset to this first (upgrade-opset)
 
 
 @dataclass
@@ -48,6 +53,7 @@ class ConvertReport:
     warnings: list[str] = field(default_factory=list)
     verification: dict | None = None
     passes: list[dict] = field(default_factory=list)
+    quantization: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -81,6 +87,7 @@ def convert(input: str | os.PathLike, output: str | os.PathLike | None,
     Outputs are written atomically: a failure leaves nothing behind.
     """
     options = options or ConvertOptions()
+    _quantization_from_serving(options)
     target = None
     if options.target is not None:
         from .targets import get_target
@@ -107,16 +114,31 @@ def convert(input: str | os.PathLike, output: str | os.PathLike | None,
         raise UsageError("--verify compares with onnxruntime on the original: give the .onnx as --input")
     t1 = time.perf_counter()
     records = []
-    if target is not None or options.passes:
+    samples = None
+    if options.calibration_data is not None:
+        from .accuracy import load_samples
+
+        samples = load_samples(options.calibration_data, model)
+    weights_before = summarize(model, fmt).weight_bytes if options.quantize else 0
+    if target is not None or options.passes or options.quantize or options.opset:
         from . import pipeline
 
-        pm = pipeline.build(target, options.passes, options.disabled_passes, options.verify_each)
+        pm = pipeline.build(target, options.passes, options.disabled_passes, options.verify_each,
+                            quantize=options.quantize, calibration=samples, opset=options.opset)
         _, records = pm.run(model)
     tp = time.perf_counter()
     s = summarize(model, fmt)
     report = ConvertReport(input=str(input), output=str(output), nodes=s.nodes, weights=s.weights,
                            weight_bytes=s.weight_bytes, output_bytes=0, target=options.target,
                            warnings=list(warnings), passes=[asdict(r) for r in records])
+    if options.quantize is not None:
+        report.quantization = _quantization_report(options, records, weights_before, s.weight_bytes)
+        if report.quantization["quantized"]:
+            _check_accuracy(input, fmt, model, samples, options, report)
+        else:
+            report.warnings.append("--quantize: no weight was quantized (see the report's "
+                                   "quantization.skipped for why)")
+    ta = time.perf_counter()
     if target is None:
         stats = write_mcpir(model, output)
         report.output_bytes = stats.file_bytes
@@ -135,7 +157,9 @@ def convert(input: str | os.PathLike, output: str | os.PathLike | None,
         report.output_bytes = sum((result.root / f).stat().st_size for f in result.files)
         report.warnings += result.warnings
     t2 = time.perf_counter()
-    report.seconds = {"load": round(t1 - t0, 4), "passes": round(tp - t1, 4), "emit": round(t2 - tp, 4)}
+    report.seconds = {"load": round(t1 - t0, 4), "passes": round(tp - t1, 4), "emit": round(t2 - ta, 4)}
+    if options.quantize is not None:
+        report.seconds["accuracy"] = round(ta - tp, 4)
     if options.verify:
         if target is None:
             raise UsageError("--verify needs --target (it checks the emitted repository)")
@@ -146,6 +170,59 @@ def convert(input: str | os.PathLike, output: str | os.PathLike | None,
         report.seconds["verify"] = round(time.perf_counter() - t2, 4)
         v.raise_if_failed()
     return report
+
+
+def _quantization_from_serving(options: ConvertOptions) -> None:
+    """The target's `quantization_level` and --quantize are one setting: each implies the other."""
+    level = getattr(options.serving, "quantization_level", "none")
+    if options.quantize is None and level not in (None, "none"):
+        from .passes.quantize import QuantizeOptions
+
+        options.quantize = QuantizeOptions(mode=level).validate()
+    elif options.quantize is not None and options.target is not None:
+        if options.serving is None:
+            from .targets.triton.params import ServingParams
+
+            options.serving = ServingParams()
+        options.serving.quantization_level = options.quantize.mode
+
+
+def _quantization_report(options: ConvertOptions, records: list, before: int, after: int) -> dict:
+    rows = [d for r in records if r.name.startswith("quantize-") for d in r.details]
+    q = options.quantize
+    return {
+        "mode": q.mode, "options": asdict(q),
+        "quantized": [r for r in rows if r["action"] == "quantized"],
+        "skipped": [r for r in rows if r["action"] == "skipped"],
+        "weight_bytes_before": before, "weight_bytes_after": after,
+        "compression": round(before / after, 3) if after else None,
+        "opset": next(({"from": r.stats["from"], "to": r.stats["to"]} for r in records
+                       if r.name == "upgrade-opset" and r.modified), None),
+    }
+
+
+def _check_accuracy(input, fmt: str, model: Model, samples, options: ConvertOptions,  # noqa: ANN001
+                    report: ConvertReport) -> None:
+    """Quantized vs onnxruntime on the original, on the calibration samples or random inputs;
+    raises AccuracyError (before anything is written) when outside the budget."""
+    from .accuracy import check_budget, measure, random_samples
+
+    if samples is not None:
+        label = f"{options.calibration_data} ({len(samples)} samples)"
+    else:
+        if options.accuracy_samples < 1:
+            if options.accuracy_budget:
+                raise UsageError("--accuracy-budget needs --accuracy-samples >= 1 or --calibration-data")
+            return
+        samples = random_samples(model, options.accuracy_samples, options.verify_dims)
+        label = f"random inputs ({len(samples)} samples)"
+    reference = input if fmt == "onnx" else load_model(input, check=False, infer_shapes=False)[0]
+    acc = measure(reference, model, samples, label)
+    report.quantization["accuracy"] = acc.to_dict()
+    try:
+        check_budget(acc, options.accuracy_budget)
+    finally:
+        report.quantization["accuracy"] = acc.to_dict()
 
 
 def inspect(path: str | os.PathLike) -> ModelSummary:

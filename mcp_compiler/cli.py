@@ -118,8 +118,42 @@ def convert(
     instance_count: Optional[int] = typer.Option(None, "--instance-count"),
     kind: Optional[str] = typer.Option(None, "--kind", help="Instance kind: cpu or gpu."),
     tensor_parallel_size: Optional[int] = typer.Option(None, "--tensor-parallel-size"),
-    quantization_level: Optional[str] = typer.Option(None, "--quantization-level", "--quantize",
-                                                     help="none (fp8/int4: not yet implemented)."),
+    quantization_level: Optional[str] = typer.Option(
+        None, "--quantize", "--quantization-level", metavar="none|int4|fp8",
+        help="Quantize constant MatMul/Gemm weights: int4 (group-wise, weight-only) or fp8. "
+             "An accuracy report against onnxruntime on the original follows."),
+    group_size: int = typer.Option(32, "--group-size", help="int4: weights per group (16..256)."),
+    symmetric: bool = typer.Option(False, "--symmetric", help="int4: no zero point."),
+    int4_format: str = typer.Option("matmulnbits", "--int4-format", metavar="matmulnbits|qdq",
+                                    help="int4 lowering: com.microsoft.MatMulNBits (fast on CPU) or "
+                                         "DequantizeLinear int4 with block_size (opset 21)."),
+    int4_accuracy_level: int = typer.Option(0, "--int4-accuracy-level",
+                                            help="MatMulNBits accuracy_level: 0 float compute, 4 int8 "
+                                                 "activations (faster on CPU, less exact)."),
+    fp8_format: str = typer.Option("e4m3fn", "--fp8-format", metavar="e4m3fn|e5m2"),
+    fp8_per_tensor: bool = typer.Option(False, "--fp8-per-tensor",
+                                        help="fp8: one scale per tensor (default: per output channel)."),
+    quantize_conv: bool = typer.Option(False, "--quantize-conv", help="Quantize Conv weights too "
+                                       "(int4 needs --int4-format qdq)."),
+    quantize_exclude: Optional[list[str]] = typer.Option(
+        None, "--quantize-exclude", metavar="PATTERN",
+        help="Leave nodes or weights whose name matches this glob in float (repeatable)."),
+    quantize_min_elements: int = typer.Option(4096, "--quantize-min-elements",
+                                              help="Weights with fewer values stay in float."),
+    quantize_max_error: Optional[float] = typer.Option(
+        None, "--quantize-max-error", help="Leave a layer in float when its relative weight error "
+                                           "(||w - q|| / ||w||) exceeds this."),
+    calibration_data: Optional[Path] = typer.Option(
+        None, "--calibration-data", help="Folder of .npz input samples: inputs for the accuracy "
+                                         "report and, with fp8, static activation Q/DQ scales."),
+    accuracy_budget: Optional[str] = typer.Option(
+        None, "--accuracy-budget", metavar="KEY=V[,...]",
+        help="Fail (exit 1, nothing written) when the quantized model is outside it: cos=MIN, "
+             "top1=MIN, max-abs=MAX, rel=MAX, checked on every float output."),
+    accuracy_samples: int = typer.Option(2, "--accuracy-samples",
+                                         help="Random input sets for the accuracy report (0: none)."),
+    opset: Optional[int] = typer.Option(None, "--opset", help="Raise the model's ai.onnx opset to "
+                                        "this first (onnx version converter)."),
     model_warmup: Optional[bool] = typer.Option(None, "--warmup/--no-warmup",
                                                 help="Add a model_warmup built from the contract."),
     prepack: Optional[bool] = typer.Option(None, "--prepack/--no-prepack",
@@ -147,11 +181,22 @@ def convert(
     rep = Reporter(json_mode=json_out)
 
     def body() -> None:
+        from onnx.defs import onnx_opset_version
+
+        from .accuracy import parse_budget
+        from .passes.quantize import QuantizeOptions
+
         opts = api.ConvertOptions(check=check, infer_shapes=infer_shapes, target=target, name=name,
                                   backend=backend, force=force, verify=verify_,
                                   verify_dims=_parse_dims(dims),
                                   passes=[p.strip() for p in passes.split(",") if p.strip()] if passes else None,
-                                  disabled_passes=set(disable_pass or ()), verify_each=verify_each)
+                                  disabled_passes=set(disable_pass or ()), verify_each=verify_each,
+                                  accuracy_budget=parse_budget(accuracy_budget),
+                                  accuracy_samples=accuracy_samples, opset=opset,
+                                  calibration_data=str(calibration_data) if calibration_data else None)
+        if opset is not None and not 1 <= opset <= onnx_opset_version():
+            raise UsageError(f"--opset {opset}: onnx knows opsets 1..{onnx_opset_version()}")
+        level = quantization_level
         if target is not None:
             from .targets.triton.params import load_build_file, resolve
 
@@ -175,11 +220,17 @@ def convert(
             if _tri_state(dynamic_batch, "--dynamic-batch") is None and not no_dynamic_batch:
                 flags["dynamic_batch"] = None
             opts.serving = resolve(load_build_file(config) if config else {}, flags)
-            if opts.serving.quantization_level != "none":
-                raise UsageError(f"quantization_level {opts.serving.quantization_level}: "
-                                 "quantization is not implemented yet (only none)")
+            level = opts.serving.quantization_level
         elif config is not None or dynamic_batch is not None:
             raise UsageError("--config and --dynamic-batch need --target")
+        if level not in (None, "none"):
+            opts.quantize = QuantizeOptions(
+                mode=level, block_size=group_size, symmetric=symmetric, int4_format=int4_format,
+                accuracy_level=int4_accuracy_level, fp8_format=fp8_format, per_channel=not fp8_per_tensor,
+                conv=quantize_conv, exclude=list(quantize_exclude or ()),
+                min_elements=quantize_min_elements, max_error=quantize_max_error).validate()
+        elif accuracy_budget or calibration_data:
+            raise UsageError("--accuracy-budget and --calibration-data need --quantize int4|fp8")
         with rep.status(f"converting {input}"):
             report = api.convert(input, output, opts)
         if report_path is not None:

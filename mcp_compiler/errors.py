@@ -74,6 +74,12 @@ class VerificationError(McpError):
     exit_code = 1
 
 
+class AccuracyError(McpError):
+    """A quantized model falls outside --accuracy-budget (nothing is emitted)."""
+
+    exit_code = 1
+
+
 class UnknownTargetError(UsageError):
     """--target names no known target."""
 

@@ -7,16 +7,25 @@ from .passes import PASSES, Pass, PassContext, PassManager, Repeat
 from .passes.normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
                                DeadCodeEliminationPass, DeduplicateWeightsPass,
                                FoldConstantsPass, IdentityEliminationPass)
+from .passes.quantize import QuantizeFp8Pass, QuantizeInt4Pass, QuantizeOptions, required_opset
+from .passes.rewrite import UpgradeOpsetPass
 
 
-def default_pipeline(target=None) -> list[Pass | Repeat]:  # noqa: ANN001
-    """Normalization, then the target's own rewrite rules."""
+def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # noqa: ANN001
+                     opset: int | None = None) -> list[Pass | Repeat]:
+    """Normalization, the opset upgrade (--opset, or what quantization needs), quantization,
+    then the target's own rewrite rules."""
     steps: list[Pass | Repeat] = [
         ConstantToInitializerPass(),
         Repeat([FoldConstantsPass(), IdentityEliminationPass(), CommonSubexpressionEliminationPass(),
                 DeadCodeEliminationPass()]),
         DeduplicateWeightsPass(),
     ]
+    need = max(opset or 0, required_opset(quantize) if quantize else 0)
+    if need:
+        steps.append(UpgradeOpsetPass(need))
+    if quantize is not None:
+        steps.append(QuantizeInt4Pass() if quantize.mode == "int4" else QuantizeFp8Pass())
     if target is not None:
         steps += target.legalize_passes()
     return steps
@@ -32,10 +41,12 @@ def named_pipeline(names: list[str]) -> list[Pass | Repeat]:
 
 
 def build(target=None, passes: list[str] | None = None, disabled: set[str] | None = None,  # noqa: ANN001
-          verify_each: bool = False) -> PassManager:
+          verify_each: bool = False, quantize: QuantizeOptions | None = None,
+          calibration: list[dict] | None = None, opset: int | None = None) -> PassManager:
     disabled = set(disabled or ())
     unknown = sorted(disabled - set(PASSES))
     if unknown:
         raise UsageError(f"--disable-pass: unknown pass {', '.join(map(repr, unknown))}")
-    steps = named_pipeline(passes) if passes else default_pipeline(target)
-    return PassManager(steps, PassContext(verify_each=verify_each, disabled=disabled, target=target))
+    steps = named_pipeline(passes) if passes else default_pipeline(target, quantize, opset)
+    return PassManager(steps, PassContext(verify_each=verify_each, disabled=disabled, target=target,
+                                          quantize=quantize, calibration=calibration, min_opset=opset))

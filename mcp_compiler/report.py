@@ -60,9 +60,11 @@ class Reporter:
             changed = [p for p in r.passes if p["modified"]]
             delta = r.passes[0]["nodes_before"] - r.passes[-1]["nodes_after"]
             self.out.print(f"passes: {len(r.passes)} run, {len(changed)} changed the model, "
-                           f"{delta} nodes removed", markup=False)
+                           f"{abs(delta)} nodes {'removed' if delta >= 0 else 'added'}", markup=False)
             if verbose:
                 self._pass_table(r.passes)
+        if r.quantization:
+            self._quantization(r.quantization, verbose)
         if r.target:
             for f in r.files:
                 self.out.print(f"  {f}", markup=False)
@@ -73,6 +75,30 @@ class Reporter:
             v.pop("ok", None)
             v["outputs"] = [OutputCheck(**o) for o in v["outputs"]]
             self.verified(VerifyReport(**v))
+
+    def _quantization(self, q: dict, verbose: bool) -> None:
+        ratio = f"{q['compression']:.2f}x smaller" if q.get("compression") else "no change"
+        self.out.print(f"quantized {q['mode']}: {len(q['quantized'])} weights, {len(q['skipped'])} skipped; "
+                       f"weights {_mb(q['weight_bytes_before'])} -> {_mb(q['weight_bytes_after'])} "
+                       f"({ratio})" + (f"; opset {q['opset']['from']} -> {q['opset']['to']}" if q.get("opset") else ""),
+                       markup=False)
+        reasons: dict[str, int] = {}
+        for row in q["skipped"]:
+            key = row["reason"].split(" (")[0] if row["reason"].startswith("too small") else row["reason"]
+            reasons[key] = reasons.get(key, 0) + 1
+        for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
+            self.out.print(f"  skipped {count}: {reason}", markup=False)
+        if verbose:
+            for row in q["quantized"]:
+                self.out.print(f"  {row['node'] or row['weight']} ({row['op']} {row['shape']}): "
+                               f"{row['format']}, weight rel. error {row['rel_error']:.4f}", markup=False)
+        acc = q.get("accuracy")
+        if acc:
+            self.out.print(f"accuracy vs onnxruntime on the original, {acc['inputs']}:", markup=False)
+            for o in acc["outputs"]:
+                top1 = f", top-1 agreement {o['top1_agreement']:.4f}" if o["top1_agreement"] is not None else ""
+                self.out.print(f"  {o['name']}: cosine {o['cosine']:.6f}, max abs {o['max_abs']:.4g}, "
+                               f"rel. error {o['rel_error']:.4g}{top1}", markup=False)
 
     def _pass_table(self, passes: list[dict]) -> None:
         if self.rich:

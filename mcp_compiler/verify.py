@@ -36,6 +36,7 @@ class VerifyReport:
     rtol: float
     atol: float
     outputs: list[OutputCheck] = field(default_factory=list)
+    quantization_level: str = "none"
 
     @property
     def ok(self) -> bool:
@@ -50,7 +51,10 @@ class VerifyReport:
             o = max(bad, key=lambda x: x.max_abs)
             raise VerificationError(
                 f"{self.repository}: output {o.name!r} differs from onnxruntime on the original: "
-                f"max abs {o.max_abs:.3g}, cosine {o.cosine:.6f} (atol {self.atol}, rtol {self.rtol})")
+                f"max abs {o.max_abs:.3g}, cosine {o.cosine:.6f} (atol {self.atol}, rtol {self.rtol})"
+                + (f"; the model is quantized ({self.quantization_level}): give --atol/--rtol that "
+                   "suit it, or see the conversion's accuracy report"
+                   if self.quantization_level not in ("", "none") else ""))
 
 
 def load_runtime(version_dir: Path):  # noqa: ANN201 - the bundled mcp_runtime module
@@ -134,6 +138,8 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     model = load_onnx(input, check=False, infer_shapes=False).model
     rng = np.random.default_rng(seed)
     report = VerifyReport(str(model_dir), backend, samples, dims, rtol, atol)
+    if "quantization_level" in cfg.parameters:
+        report.quantization_level = cfg.parameters["quantization_level"].string_value
     stats: dict[str, list] = {}
     for _ in range(samples):
         feeds = random_inputs(model, dims, rng)

@@ -10,6 +10,8 @@ from ._infra import (Pass, PassContext, PassError, PassManager, PassRecord, Pass
 from .normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
                         DeadCodeEliminationPass, DeduplicateWeightsPass, FoldConstantsPass,
                         IdentityEliminationPass)
+from .quantize import QuantizeFp8Pass, QuantizeInt4Pass
+from .rewrite import UpgradeOpsetPass
 
 
 def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
@@ -23,7 +25,7 @@ def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
 
 PASSES: dict[str, type[Pass]] = _table(
     ConstantToInitializerPass, FoldConstantsPass, IdentityEliminationPass, CommonSubexpressionEliminationPass,
-    DeadCodeEliminationPass, DeduplicateWeightsPass,
+    DeadCodeEliminationPass, DeduplicateWeightsPass, UpgradeOpsetPass, QuantizeInt4Pass, QuantizeFp8Pass,
 )
 
 __all__ = ["PASSES", "Pass", "PassContext", "PassError", "PassManager", "PassRecord", "PassResult",

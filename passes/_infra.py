@@ -42,7 +42,8 @@ class PipelineError(McpError):
 class PassResult:
     model: Model
     modified: bool
-    stats: Mapping[str, int] = field(default_factory=dict)
+    stats: Mapping[str, Any] = field(default_factory=dict)
+    details: Sequence[Mapping[str, Any]] = ()   # per-node records (e.g. what quantization did to each)
 
 
 @dataclass
@@ -53,6 +54,9 @@ class PassContext:
     disabled: set[str] = field(default_factory=set)
     target: Any = None
     fold_size_limit: int = 1 << 20   # bytes: constant folding never makes a tensor larger
+    quantize: Any = None             # passes.quantize.QuantizeOptions for the quantize-* passes
+    calibration: list[dict] | None = None   # input samples (name -> array) for activation ranges
+    min_opset: int | None = None     # upgrade-opset: the ai.onnx opset to raise the model to
 
 
 class Pass(abc.ABC):
@@ -74,8 +78,9 @@ class PassRecord:
     seconds: float
     nodes_before: int
     nodes_after: int
-    stats: dict[str, int]
+    stats: dict[str, Any]
     iteration: int = 0
+    details: list[dict] = field(default_factory=list)
 
 
 def count_nodes(model: Model) -> int:
@@ -142,6 +147,7 @@ class PassManager:
         except Exception as e:  # noqa: BLE001 - wrapped with the pass's name
             raise PassError(p.name, done, e) from e
         records.append(PassRecord(p.name, result.modified, round(time.perf_counter() - t0, 6),
-                                  before, count_nodes(model), dict(result.stats), it))
+                                  before, count_nodes(model), dict(result.stats), it,
+                                  [dict(d) for d in result.details]))
         done.append(p.name)
         return result.modified

@@ -57,3 +57,30 @@ def random_feeds(model: onnx.ModelProto, dims: dict[str, int] | None = None, see
         else:
             feeds[vi.name] = rng.integers(0, 3, shape).astype(dt)
     return feeds
+
+
+def mlp_onnx(path: Path, d: int = 128, f: int = 256, layers: int = 2, opset: int = 17, seed: int = 0) -> Path:
+    """A MatMul-heavy model to quantize: per layer Gemm(x, W1^T, b, transB=1, alpha) -> Relu ->
+    MatMul(., W2); then Softmax. x: [batch, d]."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes, inits, x = [], [], "x"
+    for i in range(layers):
+        w1 = (rng.standard_normal((f, d)) * 0.05).astype(np.float32)   # stored transposed
+        w2 = (rng.standard_normal((f, d)) * 0.05).astype(np.float32)
+        b = (rng.standard_normal(f) * 0.1).astype(np.float32)
+        inits += [numpy_helper.from_array(w1, f"w1_{i}"), numpy_helper.from_array(w2, f"w2_{i}"),
+                  numpy_helper.from_array(b, f"b_{i}")]
+        nodes += [helper.make_node("Gemm", [x, f"w1_{i}", f"b_{i}"], [f"h{i}"], name=f"fc1_{i}",
+                                   transB=1, alpha=0.5, beta=2.0),
+                  helper.make_node("Relu", [f"h{i}"], [f"r{i}"], name=f"relu_{i}"),
+                  helper.make_node("MatMul", [f"r{i}", f"w2_{i}"], [f"y{i}"], name=f"fc2_{i}")]
+        x = f"y{i}"
+    nodes.append(helper.make_node("Softmax", [x], ["y"], axis=-1, name="softmax"))
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", d])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", d])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return path

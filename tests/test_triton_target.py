@@ -206,9 +206,34 @@ def test_mcpir_output_with_target_is_a_usage_error(tmp_path):
     assert r.exit_code == 2 and "model repository folder" in r.output
 
 
-def test_quantization_not_yet(tmp_path):
-    r = _convert("-i", str(MLP), "-t", T, "-o", str(tmp_path / "repo"), "--quantize", "int4")
-    assert r.exit_code == 2 and "not implemented yet" in r.output
+@pytest.mark.parametrize("level", ["int4", "fp8"])
+@pytest.mark.parametrize("backend", ["python", "onnxruntime"])
+def test_quantized_repository(tmp_path, level, backend):
+    from _helpers import mlp_onnx
+
+    src = mlp_onnx(tmp_path / "big_mlp.onnx")
+    repo = tmp_path / "repo"
+    r = _convert("-i", str(src), "-t", T, "-o", str(repo), "--quantize", level, "--backend", backend, "--json")
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(r.output)["quantization"]["quantized"]) == 4
+    cfg = _config(repo / "big_mlp")
+    assert cfg.parameters["quantization_level"].string_value == level
+    assert [i.data_type for i in cfg.input] == [mc.TYPE_FP32]   # Triton I/O stays float
+    # the repository's own runtime (or Triton's onnxruntime backend's model.onnx) runs it
+    r = runner.invoke(app, ["verify", "-i", str(src), "-r", str(repo / "big_mlp"), "--atol", "0.01", "--rtol", "0.5"])
+    assert r.exit_code == 0, r.output
+    if level == "int4":   # outside verify's default tolerances: it says why
+        r = runner.invoke(app, ["verify", "-i", str(src), "-r", str(repo / "big_mlp")])
+        assert r.exit_code == 1 and "the model is quantized (int4)" in r.output, r.output
+
+
+def test_quantization_level_in_build_file_quantizes(tmp_path):
+    from _helpers import mlp_onnx
+
+    src = mlp_onnx(tmp_path / "big_mlp.onnx")
+    (tmp_path / "mcp.yaml").write_text("quantization_level: fp8\n")
+    r = _convert("-i", str(src), "-t", T, "-o", str(tmp_path / "repo"), "--config", str(tmp_path / "mcp.yaml"))
+    assert r.exit_code == 0 and "quantized fp8: 4 weights" in r.output, r.output
 
 
 def test_convert_from_mcpir_input(tmp_path):

@@ -422,3 +422,51 @@ def _dim(d: onnx.TensorShapeProto.Dimension):
 
 def _props(entries) -> dict[str, str]:
     return {e.key: e.value for e in entries}
+
+
+IN_MEMORY = "__mcp_in_memory__"   # external-data location naming a Tensor held by the caller
+
+
+class _InMemoryTensors:
+    """Stands in for _ExternalData: `location = IN_MEMORY, offset = i` is the caller's tensors[i]."""
+
+    def __init__(self, tensors: list[Tensor]) -> None:
+        self.tensors = tensors
+        self.files: dict = {}
+
+    def _get(self, t: onnx.TensorProto) -> Tensor:
+        info = {e.key: e.value for e in t.external_data}
+        if info.get("location") != IN_MEMORY:
+            raise InvalidModelError(None, f"tensor {t.name!r}: unexpected external data {info.get('location')!r}")
+        return self.tensors[int(info["offset"])]
+
+    def check(self, t: onnx.TensorProto) -> None:
+        self._get(t)
+
+    def source(self, t: onnx.TensorProto) -> tuple[str, int] | None:
+        return self._get(t).source
+
+    def view(self, t: onnx.TensorProto) -> memoryview:
+        return self._get(t).raw
+
+
+def to_onnx_by_reference(model: Model) -> tuple[onnx.ModelProto, list[Tensor]]:
+    """Lower `model` with every tensor left out of the protobuf (external data naming it), for
+    onnx tools that rewrite graphs without touching weights; `import_by_reference` undoes it."""
+    from mcp_compiler.lower import to_onnx
+
+    tensors: list[Tensor] = []
+
+    def sink(t: Tensor):  # noqa: ANN202
+        if t.string_data is not None:
+            return None
+        tensors.append(t)
+        return (IN_MEMORY, len(tensors) - 1, t.nbytes)
+
+    return to_onnx(model, sink=sink), tensors
+
+
+def import_by_reference(proto: onnx.ModelProto, tensors: list[Tensor]) -> Model:
+    """Import a protobuf made by `to_onnx_by_reference` (and then rewritten): weights are the
+    original Tensor objects, not copies."""
+    return _Importer(Path(IN_MEMORY), _InMemoryTensors(tensors)).model(proto)

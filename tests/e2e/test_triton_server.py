@@ -16,7 +16,7 @@ import pytest
 from mcp_compiler.api import ConvertOptions, convert
 from mcp_compiler.targets.triton.params import ServingParams
 
-from _helpers import GOLDEN, ZOO_INPUTS, golden_dirs, ort_run, zoo_models
+from _helpers import GOLDEN, ZOO_INPUTS, golden_dirs, mlp_onnx, ort_run, zoo_models
 
 try:
     import pytriton  # noqa: F401
@@ -43,10 +43,15 @@ def _models():
 
 
 MODELS = list(_models())
+# (name, --quantize, backend): quantized entries served next to the float ones. The bundled
+# tritonserver has only the python backend (the onnxruntime-backend files are checked by
+# tests/test_triton_target.py::test_quantized_repository with onnxruntime itself).
+QUANTIZED = [("q_int4", "int4", "python"), ("q_fp8", "fp8", "python")]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    from mcp_compiler.passes.quantize import QuantizeOptions
     from mcp_compiler.serve import TritonServer
 
     repo = tmp_path_factory.mktemp("repo")
@@ -54,7 +59,13 @@ def server(tmp_path_factory):
         # every other model without onnxruntime prepacking: both runtime paths get served
         convert(src, repo, ConvertOptions(target="triton-v1.12", name=name,
                                           serving=ServingParams(max_queue_delay_us=2000, prepack=i % 2 == 0)))
+    mlp = mlp_onnx(tmp_path_factory.mktemp("src") / "mlp.onnx")
+    for name, level, backend in QUANTIZED:
+        convert(mlp, repo, ConvertOptions(target="triton-v1.12", name=name, backend=backend,
+                                          quantize=QuantizeOptions(mode=level),
+                                          serving=ServingParams(quantization_level=level)))
     s = TritonServer(repo)
+    s.mlp = mlp
     s.start()
     yield s
     s.close()
@@ -110,6 +121,28 @@ def test_served_outputs_match_onnxruntime(server, name, protocol):
             assert b.shape == a.shape, o
             np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6, err_msg=f"{name}:{o}")
     assert tried >= 1
+
+
+@pytest.mark.parametrize("name,level,backend", QUANTIZED)
+def test_served_quantized_models(server, name, level, backend):
+    # Served outputs equal the quantized model run locally (so Triton ran the quantized graph),
+    # and are close to onnxruntime on the float original.
+    import tritonclient.grpc as tg
+
+    from mcp_compiler.session import create_session
+    from mcp_compiler.verify import load_runtime
+
+    x = np.random.default_rng(5).standard_normal((2, 128)).astype(np.float32)
+    got = _infer(tg, server.grpc_url, name, {"x": x}, ["y"])[0]
+    vdir = server.repository / name / "1"
+    if backend == "python":
+        local = load_runtime(vdir).MCPIRModel(vdir / "model.mcpir").run({"x": x})[0]
+    else:
+        local = ort_run(vdir / "model.onnx", {"x": x})[0]
+    np.testing.assert_allclose(got, local, rtol=1e-6, atol=1e-7)
+    want = ort_run(server.mlp, {"x": x})[0]
+    cos = float(np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want))
+    assert cos > 0.99 and not np.allclose(got, want, rtol=0, atol=1e-9)   # quantized, yet close
 
 
 def test_concurrent_requests_are_batched_correctly(server):

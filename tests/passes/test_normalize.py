@@ -200,7 +200,8 @@ def test_pass_failure_names_the_pass(tmp_path, tiny_model):
 
 
 def test_registry_names_are_kebab_case():
-    assert all(n == c.name and n.replace("-", "").isalpha() for n, c in PASSES.items())
+    assert all(n == c.name and n == n.lower() and n.replace("-", "").isalnum() and n[0].isalpha()
+               for n, c in PASSES.items())
 
 
 def test_default_pipeline_on_a_model_with_functions(tmp_path):

@@ -1,0 +1,162 @@
+"""Accuracy of a quantized model against onnxruntime on the original, and budgets on it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import AccuracyError, UsageError
+from .ir import DataType, Model, TensorType
+
+# --accuracy-budget keys: (report field, "min" = the value must be at least the bound)
+BUDGET_KEYS = {"cos": ("cosine", "min"), "max-abs": ("max_abs", "max"), "rel": ("rel_error", "max"),
+               "top1": ("top1_agreement", "min")}
+
+
+@dataclass
+class OutputAccuracy:
+    name: str
+    max_abs: float
+    rel_error: float          # ||quantized - reference|| / ||reference|| over all samples
+    cosine: float             # over all elements of all samples
+    top1_agreement: float | None = None   # share of rows with the same argmax on the last axis
+
+
+@dataclass
+class AccuracyReport:
+    inputs: str               # "random (N samples)" or "DIR (N samples)"
+    samples: int
+    outputs: list[OutputAccuracy] = field(default_factory=list)
+    budget: dict[str, float] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+
+def parse_budget(text: str | None) -> dict[str, float]:
+    """`cos=0.99,max-abs=0.5` -> {"cos": 0.99, "max-abs": 0.5}."""
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in BUDGET_KEYS:
+            raise UsageError(f"--accuracy-budget: expected KEY=VALUE with KEY one of "
+                             f"{', '.join(BUDGET_KEYS)}, got {part!r}")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise UsageError(f"--accuracy-budget {key}: {value!r} is not a number") from None
+    return out
+
+
+def load_samples(folder: str | os.PathLike, model: Model) -> list[dict[str, np.ndarray]]:
+    """Every *.npz in `folder` (sorted by name): one input sample each, keyed by input name."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UsageError(f"--calibration-data {folder}: not a folder")
+    files = sorted(folder.glob("*.npz"))
+    if not files:
+        raise UsageError(f"--calibration-data {folder}: no .npz files")
+    inputs = {v.name: v for v in model.graph.inputs if v.const is None}
+    samples = []
+    for f in files:
+        try:
+            with np.load(f, allow_pickle=False) as z:
+                sample = {k: z[k] for k in z.files}
+        except Exception as e:  # noqa: BLE001 - zipfile/numpy raise many kinds on a bad file
+            raise UsageError(f"--calibration-data {f}: not a readable .npz ({e})") from None
+        missing = sorted(set(inputs) - set(sample))
+        extra = sorted(set(sample) - set(inputs))
+        if missing or extra:
+            raise UsageError(f"--calibration-data {f}: " + "; ".join(
+                ([f"missing input {', '.join(missing)}"] if missing else [])
+                + ([f"no model input named {', '.join(extra)}"] if extra else [])))
+        for name, arr in sample.items():
+            t = inputs[name].type
+            if isinstance(t, TensorType) and arr.dtype != DataType(t.elem_type).numpy_dtype:
+                raise UsageError(f"--calibration-data {f}: input {name} is {arr.dtype}, the model "
+                                 f"takes {DataType(t.elem_type).name.lower()}")
+        samples.append(sample)
+    return samples
+
+
+def random_samples(model: Model, n: int, dims: dict[str, int], seed: int = 0) -> list[dict[str, np.ndarray]]:
+    from .verify import random_inputs
+
+    rng = np.random.default_rng(seed)
+    return [random_inputs(model, dims, rng) for _ in range(n)]
+
+
+def measure(reference, model: Model, samples: list[dict[str, np.ndarray]], label: str) -> AccuracyReport:  # noqa: ANN001
+    """Run `reference` (a path to the original ONNX, or an IR Model) and `model` on each sample."""
+    import onnxruntime as ort
+
+    from .session import create_session
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if isinstance(reference, Model):
+        ref = create_session(reference, so)
+    else:
+        ref = ort.InferenceSession(str(reference), so, providers=["CPUExecutionProvider"])
+    quant = create_session(model, so)
+    names = [o.name for o in ref.get_outputs()]
+    want_all: list[list[np.ndarray]] = []
+    got_all: list[list[np.ndarray]] = []
+    for feeds in samples:
+        try:
+            want_all.append(ref.run(None, feeds))
+        except Exception as e:  # noqa: BLE001
+            raise UsageError(f"the original model fails on the accuracy inputs "
+                             f"({ {k: list(v.shape) for k, v in feeds.items()} }): "
+                             f"{str(e).splitlines()[0]}; give symbol sizes with --dims") from None
+        got_all.append(quant.run(names, feeds))
+    report = AccuracyReport(label, len(samples))
+    for i, name in enumerate(names):
+        a = [w[i] for w in want_all]
+        b = [g[i] for g in got_all]
+        if not all(np.asarray(x).dtype.kind == "f" for x in a):
+            continue
+        report.outputs.append(_compare(name, a, b))
+    return report
+
+
+def _compare(name: str, want: list[np.ndarray], got: list[np.ndarray]) -> OutputAccuracy:
+    fa = np.concatenate([np.asarray(x, np.float64).ravel() for x in want])
+    fb = np.concatenate([np.asarray(x, np.float64).ravel() for x in got])
+    d = fa - fb
+    na, nb = float(np.linalg.norm(fa)), float(np.linalg.norm(fb))
+    cos = float(fa @ fb / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+    rel = float(np.linalg.norm(d)) / na if na > 0 else (0.0 if not d.any() else float("inf"))
+    top1 = None
+    if want[0].ndim in (2, 3) and want[0].shape[-1] >= 2:
+        same = [np.argmax(w, -1) == np.argmax(g, -1) for w, g in zip(want, got)]
+        top1 = float(np.mean(np.concatenate([s.ravel() for s in same])))
+    return OutputAccuracy(name, float(np.abs(d).max(initial=0.0)), rel, cos, top1)
+
+
+def check_budget(report: AccuracyReport, budget: dict[str, float]) -> None:
+    """Fill report.violations; raise AccuracyError when there are any."""
+    report.budget = dict(budget)
+    for key, bound in budget.items():
+        fld, kind = BUDGET_KEYS[key]
+        for o in report.outputs:
+            v = getattr(o, fld)
+            if v is None:
+                continue
+            if (kind == "min" and not v >= bound) or (kind == "max" and not v <= bound):
+                report.violations.append(f"output {o.name!r}: {fld.replace('_', ' ')} {v:.6g} "
+                                         f"{'<' if kind == 'min' else '>'} {key}={bound:g}")
+    if report.violations:
+        raise AccuracyError(f"quantized model outside --accuracy-budget on {report.inputs}: "
+                            f"{report.violations[0]}"
+                            + (f" (and {len(report.violations) - 1} more)" if len(report.violations) > 1 else "")
+                            + "; nothing was written")

@@ -1,0 +1,186 @@
+"""Finding the constant weights of MatMul/Gemm/Conv and swapping in quantized ones.
+
+Shared by the INT4 and FP8 passes: which nodes are candidates (and why the others are not),
+fresh names, and replacing a node in place without rescanning the graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mcp_compiler.ir import DataType, Graph, Model, Node, Tensor, TensorType, Value
+
+from .numerics import relative_error
+from .options import QuantizeOptions
+
+
+@dataclass
+class Candidate:
+    """A node whose weight can be quantized. `w` is the weight as the node multiplies by it:
+    [K, N] for MatMul and Gemm (transB and alpha applied), [M, C, kh, kw] for Conv."""
+
+    node: Node
+    weight: Value
+    w: np.ndarray
+    bias: np.ndarray | None = None     # Gemm: beta * C, shape [N]
+
+
+@dataclass
+class Decisions:
+    """One record per MatMul/Gemm/Conv node: quantized or skipped, and why."""
+
+    rows: list[dict] = field(default_factory=list)
+
+    def skip(self, node: Node, reason: str, weight: Value | None = None) -> None:
+        self.rows.append({"node": node.name, "op": node.op_type, "weight": weight.name if weight else None,
+                          "action": "skipped", "reason": reason})
+
+    def done(self, c: Candidate, rel_error: float, fmt: str, bytes_before: int, bytes_after: int) -> None:
+        self.rows.append({"node": c.node.name, "op": c.node.op_type, "weight": c.weight.name,
+                          "shape": list(c.w.shape), "action": "quantized", "format": fmt,
+                          "rel_error": round(rel_error, 6), "bytes_before": bytes_before,
+                          "bytes_after": bytes_after})
+
+    @property
+    def quantized(self) -> int:
+        return sum(r["action"] == "quantized" for r in self.rows)
+
+    def stats(self) -> dict[str, int]:
+        q = [r for r in self.rows if r["action"] == "quantized"]
+        return {"quantized": len(q), "skipped": len(self.rows) - len(q),
+                "weight_bytes_before": sum(r["bytes_before"] for r in q),
+                "weight_bytes_after": sum(r["bytes_after"] for r in q)}
+
+
+def candidates(g: Graph, opts: QuantizeOptions, decisions: Decisions) -> list[Candidate]:
+    out = []
+    for n in g.nodes:
+        if n.domain not in ("", "ai.onnx") or n.op_type not in ("MatMul", "Gemm", "Conv"):
+            continue
+        if n.op_type == "Conv" and not opts.conv:
+            decisions.skip(n, "Conv weights are quantized only with --quantize-conv")
+            continue
+        c = _candidate(n, opts, decisions)
+        if c is not None:
+            out.append(c)
+    return out
+
+
+def _candidate(n: Node, opts: QuantizeOptions, decisions: Decisions) -> Candidate | None:
+    wv = n.inputs[1] if len(n.inputs) > 1 else None
+    if wv is None or not isinstance(wv.const, Tensor):
+        decisions.skip(n, "weight is not a constant", wv)
+        return None
+    pat = opts.excluded(n.name, wv.name)
+    if pat:
+        decisions.skip(n, f"excluded by --quantize-exclude {pat}", wv)
+        return None
+    t = wv.const
+    if t.dtype != DataType.FLOAT:
+        decisions.skip(n, f"{t.dtype.name.lower()} weight (only float32 is quantized)", wv)
+        return None
+    if t.numel < max(opts.min_elements, 1):
+        decisions.skip(n, f"too small ({t.numel} elements < {opts.min_elements})", wv)
+        return None
+    w = t.numpy()
+    attrs = n.attributes
+    bias = None
+    if n.op_type == "MatMul":
+        if w.ndim != 2:
+            decisions.skip(n, f"{w.ndim}-D weight (MatMul weights must be 2-D)", wv)
+            return None
+        a = n.inputs[0].type
+        if isinstance(a, TensorType) and a.shape is not None and len(a.shape) < 2:
+            decisions.skip(n, "1-D activation", wv)
+            return None
+    elif n.op_type == "Gemm":
+        if attrs.get("transA") is not None and attrs["transA"].value:
+            decisions.skip(n, "Gemm with transA=1", wv)
+            return None
+        if attrs.get("transB") is not None and attrs["transB"].value:
+            w = w.T
+        alpha = attrs["alpha"].value if "alpha" in attrs else 1.0
+        if alpha != 1.0:
+            w = w * np.float32(alpha)
+        if len(n.inputs) > 2 and n.inputs[2] is not None:
+            cv = n.inputs[2]
+            if not isinstance(cv.const, Tensor) or cv.const.dtype != DataType.FLOAT or cv.const.numel not in (1, w.shape[1]) \
+                    or len(cv.const.dims) > 1 and cv.const.dims[0] != 1:
+                decisions.skip(n, "Gemm bias is not a constant float vector", wv)
+                return None
+            beta = attrs["beta"].value if "beta" in attrs else 1.0
+            bias = np.broadcast_to(cv.const.numpy().reshape(-1) * np.float32(beta), (w.shape[1],)).astype(np.float32)
+    else:  # Conv
+        if w.ndim < 3:
+            decisions.skip(n, f"{w.ndim}-D Conv weight", wv)
+            return None
+    return Candidate(n, wv, np.ascontiguousarray(w, np.float32), bias)
+
+
+def check_error(c: Candidate, approx: np.ndarray, opts: QuantizeOptions, decisions: Decisions) -> float | None:
+    """The relative weight error, or None (and a skip record) when it exceeds --quantize-max-error."""
+    err = relative_error(c.w, approx)
+    if opts.max_error is not None and err > opts.max_error:
+        decisions.skip(c.node, f"relative weight error {err:.4f} > --quantize-max-error {opts.max_error}", c.weight)
+        return None
+    return err
+
+
+class Namer:
+    """Fresh value names for one model (never reusing a name any graph has)."""
+
+    def __init__(self, model: Model) -> None:
+        self.used: set[str] = set()
+        for g in model.all_graphs():
+            self.used.update(v.name for v in g.inputs)
+            self.used.update(g.initializers)
+            for n in g.nodes:
+                self.used.update(o.name for o in n.outputs)
+
+    def __call__(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.used:
+            name, i = f"{base}_{i}", i + 1
+        self.used.add(name)
+        return name
+
+
+def constant(g: Graph, namer: Namer, base: str, array: np.ndarray) -> Value:
+    name = namer(base)
+    v = Value(name, const=Tensor.from_numpy(name, array))
+    g.initializers[name] = v
+    return v
+
+
+def take_outputs(old: Node) -> list[Value]:
+    """Detach `old` from its inputs and outputs; returns the outputs for the replacement."""
+    outs = list(old.outputs)
+    for o in outs:
+        o.producer, o.output_index = None, -1
+    old.outputs = []
+    for i in range(len(old.inputs)):
+        old.set_input(i, None)
+    return outs
+
+
+def splice(g: Graph, replacements: dict[int, list[Node]]) -> None:
+    """Rebuild g.nodes once: each node id in `replacements` becomes its list of nodes."""
+    if not replacements:
+        return
+    nodes = []
+    for n in g.nodes:
+        nodes.extend(replacements.get(id(n), [n]))
+    g.nodes = nodes
+
+
+def drop_unused_weights(g: Graph, weights: list[Value]) -> int:
+    """Remove the original float weights nothing uses any more; returns bytes freed."""
+    interface = {id(v) for v in [*g.inputs, *g.outputs]}
+    freed = 0
+    for v in {id(w): w for w in weights}.values():
+        if not v.uses and id(v) not in interface and g.initializers.get(v.name) is v:
+            freed += v.const.nbytes
+            del g.initializers[v.name]
+    return freed
