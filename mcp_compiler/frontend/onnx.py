@@ -68,20 +68,25 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
             ext.check(t)
 
     warnings: list[str] = []
+    # The checker and shape inference serialize the whole model (twice each): hand them a copy
+    # with the big initializers as typed graph inputs instead, then put the weights back.
+    light, moved = _without_big_initializers(proto) if not ext.files else (proto, False)
     if check:
         try:
             if ext.files:
                 onnx.checker.check_model(str(path))
             else:
-                onnx.checker.check_model(proto)
+                onnx.checker.check_model(light)
         except (onnx.checker.ValidationError, RuntimeError, ValueError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise InvalidModelError(path, f"onnx.checker rejected the model: {first}") from None
     if infer_shapes:
         try:
-            proto = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False)
+            inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False)
+            proto = _with_initializers_of(inferred, proto) if moved else inferred
         except Exception as e:  # noqa: BLE001 - onnx raises many kinds; the model is still usable
             warnings.append(f"ONNX shape inference failed, shapes kept as given: {str(e).splitlines()[0]}")
+    del light
 
     importer = _Importer(path, ext)
     try:
@@ -91,6 +96,41 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
             raise InvalidModelError(path, e.reason) from None
         raise
     return LoadedModel(model, path, warnings, list(ext.files))
+
+
+_BIG_INITIALIZER = 1 << 16   # bytes; smaller ones stay (shape inference reads shapes from them)
+
+
+def _without_big_initializers(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
+    """A copy of `proto` whose large main-graph initializers are graph inputs of their type."""
+    big = [t for t in proto.graph.initializer if t.ByteSize() > _BIG_INITIALIZER]
+    if not big:
+        return proto, False
+    light = onnx.ModelProto()
+    light.CopyFrom(proto)
+    names = {t.name for t in big}
+    inputs = {vi.name for vi in light.graph.input}
+    keep = [t for t in light.graph.initializer if t.name not in names]
+    del light.graph.initializer[:]
+    light.graph.initializer.extend(keep)
+    for t in big:
+        if t.name not in inputs:
+            light.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+    light.metadata_props.add(key="__mcp_moved__", value="\x1f".join(sorted(names - inputs)))
+    return light, True
+
+
+def _with_initializers_of(inferred: onnx.ModelProto, original: onnx.ModelProto) -> onnx.ModelProto:
+    """`inferred` (made from _without_big_initializers) with the original initializers back."""
+    marker = next(i for i, p in enumerate(inferred.metadata_props) if p.key == "__mcp_moved__")
+    added = set(filter(None, inferred.metadata_props[marker].value.split("\x1f")))
+    del inferred.metadata_props[marker]
+    keep = [vi for vi in inferred.graph.input if vi.name not in added]
+    del inferred.graph.input[:]
+    inferred.graph.input.extend(keep)
+    del inferred.graph.initializer[:]
+    inferred.graph.initializer.extend(original.graph.initializer)
+    return inferred
 
 
 def _all_tensor_protos(proto: onnx.ModelProto):

@@ -119,13 +119,26 @@ def _candidate(n: Node, opts: QuantizeOptions, decisions: Decisions) -> Candidat
     return Candidate(n, wv, np.ascontiguousarray(w, np.float32), bias)
 
 
-def check_error(c: Candidate, approx: np.ndarray, opts: QuantizeOptions, decisions: Decisions) -> float | None:
-    """The relative weight error, or None (and a skip record) when it exceeds --quantize-max-error."""
-    err = relative_error(c.w, approx)
+def check_error(c: Candidate, approx: np.ndarray | float, opts: QuantizeOptions, decisions: Decisions) -> float | None:
+    """The relative weight error (given, or from the dequantized weight), or None (and a skip
+    record) when it exceeds --quantize-max-error."""
+    err = float(approx) if isinstance(approx, float) else relative_error(c.w, approx)
     if opts.max_error is not None and err > opts.max_error:
         decisions.skip(c.node, f"relative weight error {err:.4f} > --quantize-max-error {opts.max_error}", c.weight)
         return None
     return err
+
+
+def parallel_map(fn, items: list) -> list:  # noqa: ANN001
+    """fn over items on a few threads (numpy releases the GIL in the array work), in order."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = min(len(items), os.cpu_count() or 1, 8)
+    if workers <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(workers) as ex:
+        return list(ex.map(fn, items))
 
 
 class Namer:

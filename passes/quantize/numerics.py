@@ -21,6 +21,7 @@ class Int4Blocks:
     zero_point: np.ndarray   # uint8 [N, blocks], values 0..15 (8 when symmetric)
     k: int
     symmetric: bool
+    rel_error: float = float("nan")
 
     def dequantize(self) -> np.ndarray:
         """The [K, N] float32 weights the quantized ones stand for."""
@@ -46,28 +47,48 @@ def quantize_int4(w: np.ndarray, block: int, symmetric: bool = False) -> Int4Blo
     point. Symmetric: the value of largest magnitude maps onto -8 (so the other side reaches
     +7), zero point 8; the scale is then negative where that value is positive (legal
     for MatMulNBits and DequantizeLinear, and what onnxruntime's own quantizer does).
+    `rel_error` (||w - dequantized|| / ||w||) is computed on the way, in the blocked layout.
     """
     k, n = w.shape
     blocks = -(-k // block)
-    wt = np.zeros((n, blocks * block), np.float32)
-    wt[:, :k] = w.T
-    b = wt.reshape(n, blocks, block)
+    if k == blocks * block:
+        b = np.ascontiguousarray(w.T, np.float32).reshape(n, blocks, block)
+    else:
+        wt = np.zeros((n, blocks * block), np.float32)
+        wt[:, :k] = w.T
+        b = wt.reshape(n, blocks, block)
     if symmetric:
         idx = np.abs(b).argmax(axis=-1)[..., None]
         extreme = np.take_along_axis(b, idx, axis=-1)[..., 0]
-        scale = extreme / -8.0
+        scale = extreme / np.float32(-8.0)
         scale[scale == 0] = 1.0
-        q = np.clip(np.rint(b / scale[..., None]), -8, 7) + 8
-        zp = np.full(scale.shape, 8, np.uint8)
+        x = b / scale[..., None]
+        np.rint(x, out=x)
+        np.clip(x, -8, 7, out=x)
+        x += 8
+        zp_f = np.full(scale.shape, 8, np.float32)
     else:
         lo = np.minimum(b.min(axis=-1), 0.0)
         hi = np.maximum(b.max(axis=-1), 0.0)
-        scale = (hi - lo) / 15.0
+        scale = (hi - lo) / np.float32(15.0)
         scale[scale == 0] = 1.0
         zp_f = np.clip(np.rint(-lo / scale), 0, 15)
-        q = np.clip(np.rint(b / scale[..., None]) + zp_f[..., None], 0, 15)
-        zp = zp_f.astype(np.uint8)
-    return Int4Blocks(q.astype(np.uint8), scale.astype(np.float32), zp, k, symmetric)
+        x = b / scale[..., None]
+        np.rint(x, out=x)
+        x += zp_f[..., None]
+        np.clip(x, 0, 15, out=x)
+    q = x.astype(np.uint8)
+    # the error, in place: x -> (x - zp) * scale - w
+    x -= zp_f[..., None]
+    x *= scale[..., None]
+    x -= b
+    flat, ref = x.reshape(-1), b.reshape(-1)
+    norm = float(np.dot(ref, ref))
+    err = float(np.dot(flat, flat))
+    rel = (err / norm) ** 0.5 if norm > 0 else (0.0 if err == 0 else float("inf"))
+    out = Int4Blocks(q, scale.astype(np.float32), zp_f.astype(np.uint8), k, symmetric)
+    out.rel_error = rel
+    return out
 
 
 @dataclass
@@ -75,6 +96,7 @@ class Fp8Weights:
     q: np.ndarray       # ml_dtypes float8 array, same shape as the weight
     scale: np.ndarray   # float32 scalar (per tensor) or [channels] (per channel along `axis`)
     axis: int | None
+    rel_error: float = float("nan")
 
     def dequantize(self) -> np.ndarray:
         s = self.scale
@@ -101,8 +123,14 @@ def quantize_fp8(w: np.ndarray, fmt: str = "e4m3fn", axis: int | None = None) ->
         shape = [1] * w.ndim
         shape[axis] = -1
         scaled = w / scale.reshape(shape)
-    q = np.clip(scaled, -fmax, fmax).astype(FP8_TYPES[fmt])
-    return Fp8Weights(q, scale, axis)
+    np.clip(scaled, -fmax, fmax, out=scaled)
+    q = scaled.astype(FP8_TYPES[fmt])
+    out = Fp8Weights(q, scale, axis)
+    d = (out.dequantize() - w).reshape(-1)
+    ref = w.reshape(-1)
+    norm, err = float(np.dot(ref, ref)), float(np.dot(d, d))
+    out.rel_error = (err / norm) ** 0.5 if norm > 0 else (0.0 if err == 0 else float("inf"))
+    return out
 
 
 def relative_error(w: np.ndarray, approx: np.ndarray) -> float:

@@ -45,11 +45,12 @@ class QuantizeFp8Pass(Pass):
         originals = []
         activations = 0
         fmt = opts.fp8_format
-        for c in chosen:
+        axis_of = lambda c: (0 if c.node.op_type == "Conv" else 1) if opts.per_channel else None  # noqa: E731
+        quantized = W.parallel_map(lambda c: quantize_fp8(c.w, fmt, axis_of(c)), chosen)
+        for c, q in zip(chosen, quantized):
             n = c.node
-            axis = (0 if n.op_type == "Conv" else 1) if opts.per_channel else None
-            q = quantize_fp8(c.w, fmt, axis)
-            err = W.check_error(c, q.dequantize(), opts, decisions)
+            axis = axis_of(c)
+            err = W.check_error(c, q.rel_error, opts, decisions)
             if err is None:
                 continue
             before = c.weight.const.nbytes

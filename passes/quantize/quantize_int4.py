@@ -41,6 +41,7 @@ class QuantizeInt4Pass(Pass):
         replacements: dict[int, list[Node]] = {}
         originals = []
         qdq = opts.int4_format == "qdq"
+        todo = []
         for c in W.candidates(g, opts, decisions):
             conv = c.node.op_type == "Conv"
             if conv and not qdq:
@@ -50,10 +51,12 @@ class QuantizeInt4Pass(Pass):
             if k < 16:
                 decisions.skip(c.node, f"K = {k} < 16 (too few inputs per output)", c.weight)
                 continue
-            flat = _as_kn(c.w) if conv else c.w
-            blocks = quantize_int4(flat, opts.block_size, opts.symmetric)
-            approx = _from_kn(blocks.dequantize(), c.w.shape) if conv else blocks.dequantize()
-            err = W.check_error(c, approx, opts, decisions)
+            todo.append(c)
+        quantized = W.parallel_map(
+            lambda c: quantize_int4(_as_kn(c.w) if c.node.op_type == "Conv" else c.w, opts.block_size,
+                                    opts.symmetric), todo)
+        for c, blocks in zip(todo, quantized):
+            err = W.check_error(c, blocks.rel_error, opts, decisions)
             if err is None:
                 continue
             before = c.weight.const.nbytes
