@@ -122,8 +122,9 @@ class Reporter:
         if self.json_mode:
             self.json({"ok": r.ok, **r.to_dict()})
             return
+        ref = "" if getattr(r, "reference", "onnxruntime") == "onnxruntime" else f", original run by {r.reference}"
         self.out.print(f"verify {r.repository} ({r.backend} backend, {r.samples} sample(s), "
-                       f"atol {r.atol}, rtol {r.rtol}):", markup=False)
+                       f"atol {r.atol}, rtol {r.rtol}{ref}):", markup=False)
         for o in r.outputs:
             self.out.print(f"  {o.name}: max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g}, "
                            f"cosine {o.cosine:.6f}  {'ok' if o.ok else 'FAILED'}", markup=False)

@@ -37,6 +37,7 @@ class VerifyReport:
     atol: float
     outputs: list[OutputCheck] = field(default_factory=list)
     quantization_level: str = "none"
+    reference: str = "onnxruntime"     # what ran the original
 
     @property
     def ok(self) -> bool:
@@ -128,7 +129,16 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     dims = dict(dims or {})
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    original = ort.InferenceSession(str(input), so, providers=["CPUExecutionProvider"])
+    try:
+        original = ort.InferenceSession(str(input), so, providers=["CPUExecutionProvider"])
+        reference = "onnxruntime"
+    except Exception as e:  # noqa: BLE001 - no kernel for an op the conversion legalized
+        if "NOT_IMPLEMENTED" not in str(e):
+            raise UsageError(f"onnxruntime cannot load the original {input}: {str(e).splitlines()[0]}") from None
+        from onnx.reference import ReferenceEvaluator
+
+        original = _Reference(ReferenceEvaluator(str(input)))
+        reference = "onnx.reference (onnxruntime has no kernel for an op of the original)"
     if backend == "python":
         emitted = load_runtime(vdir).MCPIRModel(vdir / "model.mcpir")
         run = lambda feeds: emitted.run(feeds)  # noqa: E731
@@ -137,7 +147,7 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
         run = lambda feeds: sess.run(None, feeds)  # noqa: E731
     model = load_onnx(input, check=False, infer_shapes=False).model
     rng = np.random.default_rng(seed)
-    report = VerifyReport(str(model_dir), backend, samples, dims, rtol, atol)
+    report = VerifyReport(str(model_dir), backend, samples, dims, rtol, atol, reference=reference)
     if "quantization_level" in cfg.parameters:
         report.quantization_level = cfg.parameters["quantization_level"].string_value
     stats: dict[str, list] = {}
@@ -157,6 +167,21 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
             name, max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
             all(r[3] for r in rows)))
     return report
+
+
+class _Reference:
+    """onnx.reference.ReferenceEvaluator with onnxruntime's run/get_outputs surface."""
+
+    def __init__(self, ev) -> None:  # noqa: ANN001
+        self.ev = ev
+
+    def run(self, names, feeds):  # noqa: ANN001, ANN201
+        return self.ev.run(names, feeds)
+
+    def get_outputs(self):  # noqa: ANN201
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(name=n) for n in self.ev.output_names]
 
 
 def _compare(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[float, float, float, bool]:

@@ -11,7 +11,7 @@ from .normalize import (CommonSubexpressionEliminationPass, ConstantToInitialize
                         DeadCodeEliminationPass, DeduplicateWeightsPass, FoldConstantsPass,
                         IdentityEliminationPass)
 from .quantize import QuantizeFp8Pass, QuantizeInt4Pass
-from .rewrite import UpgradeOpsetPass
+from .rewrite import LegalizePass, UpgradeOpsetPass
 
 
 def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
@@ -26,6 +26,7 @@ def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
 PASSES: dict[str, type[Pass]] = _table(
     ConstantToInitializerPass, FoldConstantsPass, IdentityEliminationPass, CommonSubexpressionEliminationPass,
     DeadCodeEliminationPass, DeduplicateWeightsPass, UpgradeOpsetPass, QuantizeInt4Pass, QuantizeFp8Pass,
+    LegalizePass,
 )
 
 __all__ = ["PASSES", "Pass", "PassContext", "PassError", "PassManager", "PassRecord", "PassResult",

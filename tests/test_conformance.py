@@ -23,3 +23,15 @@ def test_no_case_lost_in_the_round_trip(summary):
     # Sanity floor: a harness that broke feeding inputs would pass nothing on either side.
     assert summary["ort_direct_pass"] > 1500
     assert summary["roundtrip_pass"] >= summary["ort_direct_pass"]
+
+
+def test_legalization_loses_nothing_and_gains_cases(summary):
+    print(f"with legalization: {summary['legalized_pass']} "
+          f"(only through mcp-cli: {len(summary['legalized_only_pass'])})")
+    assert summary["legalized_regressions"] == []
+    gained = set(summary["legalized_only_pass"])
+    # one case per rule kind: opset downgrade, widening, function body, and bfloat16 through float
+    assert {"test_dequantizelinear", "test_roialign_aligned_true", "test_max_int16",
+            "test_pow_types_float32_uint32", "test_swiglu",
+            "test_attention_3d_causal_bf16"} <= gained
+    assert summary["legalized_pass"] == summary["ort_direct_pass"] + len(gained)

@@ -10,6 +10,7 @@ import onnxruntime
 from mcp_compiler.ir import Model
 
 from ..base import EmitResult, Target, TargetOptions
+from ..ort_support import SupportTable
 from .params import ServingParams
 
 
@@ -18,9 +19,11 @@ class TritonTarget(Target):
     description: ClassVar[str] = ("Triton Inference Server model repository: python backend "
                                   "(MCP-IR + bundled runtime on onnxruntime) or onnxruntime backend")
     runtime: ClassVar[str] = f"onnxruntime {onnxruntime.__version__} (CPU)"
-    # The onnxruntime this target runs with implements ai.onnx opsets up to 23 (1.22+); older
-    # than 7 is outside what its kernels are registered for.
-    opset_range: ClassVar[tuple[int, int]] = (7, 23)
+    # What the onnxruntime this target runs with has kernels for, probed from it (ort_support.json).
+    support: ClassVar[SupportTable] = SupportTable()
+    # Older than 7 is outside what its kernels are registered for; the newest opset is the one
+    # the support table found onnxruntime loading models of.
+    opset_range: ClassVar[tuple[int, int]] = (7, support.max_opset)
 
     # Operator domains the onnxruntime CPU build has kernels in (besides model-local functions).
     domains: ClassVar[frozenset[str]] = frozenset({
@@ -44,9 +47,11 @@ class TritonTarget(Target):
     def legalize_passes(self) -> list:
         # The serving runtime hands onnxruntime initializers as views of the mapped .mcpir, but
         # must embed Constant-node tensors in the protobuf: weights belong in initializers.
+        # Then what onnxruntime has no kernel for is rewritten, or conversion stops naming it.
         from mcp_compiler.passes.normalize import ConstantToInitializerPass
+        from mcp_compiler.passes.rewrite import LegalizePass
 
-        return [ConstantToInitializerPass()]
+        return [ConstantToInitializerPass(), LegalizePass(self.support, strict=True)]
 
     def emit(self, model: Model, out_dir: Path, options: TargetOptions) -> EmitResult:
         from .emit import emit_repository
