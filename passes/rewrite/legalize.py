@@ -11,6 +11,9 @@ from onnx import TensorProto as TP
 from mcp_compiler.errors import UnsupportedError
 from mcp_compiler.ir import Attribute, AttrType, DataType, Graph, Model, Node, TensorType, Value
 
+from mcp_compiler.lower import _Lowering, type_proto
+from mcp_compiler.targets.ort_support import key, since_version
+
 from .._infra import Pass, PassContext, PassResult, Property
 
 # Widening that computes the same values: ints to int32 and back wrap like the narrow op
@@ -72,8 +75,13 @@ class LegalizePass(Pass):
         self.model = model
         self.rows: list[dict] = []
         self.fresh = itertools.count()
-        changed = self._downgrade()
-        pending = [(g, n) for g in model.all_graphs() for n in g.nodes if self._supported(g, n) is False]
+        self._memo: dict[tuple, bool | None] = {}
+        nodes = [(g, n) for g in model.all_graphs() for n in g.nodes]
+        status = [self._supported(g, n) for g, n in nodes]
+        changed = self._downgrade(nodes, status)
+        if changed:
+            status = [self._supported(g, n) for g, n in nodes]
+        pending = [(g, n) for (g, n), ok in zip(nodes, status) if ok is False]
         depth = {id(n): 0 for _, n in pending}
         unresolved = []
         while pending:
@@ -103,50 +111,56 @@ class LegalizePass(Pass):
 
     # -- support ---------------------------------------------------------------------------------
     def _opsets(self) -> dict[str, int]:
-        return {("" if d == "ai.onnx" else d): v for d, v in self.model.opset_imports.items()}
+        imports = self.model.opset_imports
+        if getattr(self, "_opsets_for", None) != imports:
+            self._opsets_for = dict(imports)
+            self._opsets_cache = {("" if d == "ai.onnx" else d): v for d, v in imports.items()}
+        return self._opsets_cache
 
     def _supported(self, g: Graph, n: Node, opsets: dict[str, int] | None = None,
                    types: tuple[list, list] | None = None) -> bool | None:
-        from mcp_compiler.lower import _Lowering
-        from mcp_compiler.targets.ort_support import key, since_version
-
-        if n.domain not in ("", "ai.onnx") or any(n.subgraphs()):
+        if n.domain not in ("", "ai.onnx"):
             return None
+        for a in n.attributes.values():
+            if a.type in (AttrType.GRAPH, AttrType.GRAPHS):
+                return None
         opsets = opsets or self._opsets()
+        memo = None
         if types is None:   # the table's key straight from the IR: no lowering for known nodes
-            ins, outs = [_elem(v) if v is not None else 0 for v in n.inputs], [_elem(v) for v in n.outputs]
+            ins = tuple(_elem(v) if v is not None else 0 for v in n.inputs)
+            outs = tuple(_elem(v) for v in n.outputs)
             if None not in ins and None not in outs:
+                memo = (n.op_type, opsets.get("", 1), ins, outs)
+                if memo in self._memo:
+                    return self._memo[memo]
                 version = since_version("", n.op_type, opsets.get("", 1))
                 known = self.t.kernels.get(key("", n.op_type, version, ins, outs)) if version else None
                 if known is not None:
+                    self._memo[memo] = known
                     return known
         low = _Lowering(None)
         proto = low.node(n)
         ins, outs = types or ([_type(v) for v in n.inputs], [_type(v) for v in n.outputs])
         consts = {v.name: low.tensor(v.const) for v in n.inputs
                   if v is not None and v.const is not None and v.const.nbytes <= 4096 and hasattr(v.const, "raw")}
-        return self.t.supports(proto, ins, outs, opsets, consts)
+        result = self.t.supports(proto, ins, outs, opsets, consts)
+        if memo is not None and not consts:   # constant inputs can decide a probe: not memoized
+            self._memo[memo] = result
+        return result
 
     def _describe(self, n: Node) -> dict:
-        from mcp_compiler.targets.ort_support import since_version
-
         opset = self._opsets().get(n.domain or "", 1)
         return {"node": n.name, "op": n.op_type, "opset": since_version(n.domain, n.op_type, opset) or opset,
                 "dtypes": ",".join(_dtype(v) for v in n.inputs) + "->" + ",".join(_dtype(v) for v in n.outputs)}
 
     # -- opset downgrade ----------------------------------------------------------------------------
-    def _downgrade(self) -> bool:
-        from mcp_compiler.targets.ort_support import since_version
-
+    def _downgrade(self, nodes: list, status: list) -> bool:
         opsets = self._opsets()
         have = opsets.get("")
-        if have is None or self.model.functions:
+        bad_now = sum(ok is False for ok in status)
+        if have is None or self.model.functions or (not bad_now and have <= self.t.max_opset):
             return False
-        nodes = [(g, n) for g in self.model.all_graphs() for n in g.nodes]
         if any(n.domain in ("", "ai.onnx") and any(n.subgraphs()) for _, n in nodes):
-            return False
-        bad_now = sum(self._supported(g, n) is False for g, n in nodes)
-        if not bad_now and have <= self.t.max_opset:
             return False
         best = None
         for low in range(min(have - 1, self.t.max_opset), max(have - 8, 6), -1):
@@ -160,10 +174,10 @@ class LegalizePass(Pass):
         if best is None:
             return False
         low = best[0]
-        key = "" if "" in self.model.opset_imports else "ai.onnx"
+        dom = "" if "" in self.model.opset_imports else "ai.onnx"
         changed = [n for _, n in nodes if n.domain in ("", "ai.onnx")
                    and since_version("", n.op_type, have) != since_version("", n.op_type, low)]
-        self.model.opset_imports[key] = low
+        self.model.opset_imports[dom] = low
         for n in changed:
             self.rows.append({**self._describe(n), "rule": f"opset downgrade {have} -> {low}",
                               "opset": since_version("", n.op_type, have)})
@@ -175,7 +189,6 @@ class LegalizePass(Pass):
     # -- function bodies ----------------------------------------------------------------------------
     def _inline(self, g: Graph, n: Node) -> list[Node] | None:
         from mcp_compiler.frontend.onnx import import_by_reference
-        from mcp_compiler.lower import _Lowering
 
         opset = self._opsets().get("", 1)
         try:
@@ -199,8 +212,6 @@ class LegalizePass(Pass):
         if fp is None or not len(fp.node):
             return None
         body_opset = next((o.version for o in fp.opset_import if o.domain in ("", "ai.onnx")), opset)
-        from mcp_compiler.targets.ort_support import since_version
-
         for b in fp.node:
             if b.domain not in ("", "ai.onnx") or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                                                       for a in b.attribute):
@@ -330,8 +341,6 @@ class LegalizePass(Pass):
 
 def _same_meaning(n: Node, have: int, low: int) -> bool:
     """n means the same at opset `low` as at `have`: same signature, its types allowed there."""
-    from mcp_compiler.targets.ort_support import since_version
-
     old_v = since_version("", n.op_type, low)
     if old_v is None:
         return False
@@ -358,8 +367,6 @@ def _same_meaning(n: Node, have: int, low: int) -> bool:
 def _same_signature(op: str, have: int, low: int) -> bool:
     """op's schema at opset `low` has the attributes, inputs and outputs it has at `have`, and no
     version between them is a known change of meaning (type lists may differ: checked apart)."""
-    from mcp_compiler.targets.ort_support import since_version
-
     new_v, old_v = since_version("", op, have), since_version("", op, low)
     if old_v is None or new_v is None:
         return False
@@ -385,8 +392,6 @@ def _formals(params, count: int) -> list[str]:  # noqa: ANN001
 def _type(v: Value | None) -> onnx.TypeProto | None:
     if v is None:
         return None
-    from mcp_compiler.lower import type_proto
-
     t = v.type
     if t is None and v.const is not None and hasattr(v.const, "dtype"):
         t = TensorType(v.const.dtype, v.const.dims)
