@@ -71,6 +71,7 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
     # The checker and shape inference serialize the whole model (twice each): hand them a copy
     # with the big initializers as typed graph inputs instead, then put the weights back.
     light, moved = _without_big_initializers(proto) if not ext.files else (proto, False)
+    main_initializers = None   # set when the main graph's initializers come from the original
     if check:
         try:
             if ext.files:
@@ -83,12 +84,17 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
     if infer_shapes:
         try:
             inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False)
-            proto = _with_initializers_of(inferred, proto) if moved else inferred
+            if moved:
+                main_initializers = proto.graph.initializer
+                proto = _with_initializers_of(inferred, proto)
+            else:
+                proto = inferred
         except Exception as e:  # noqa: BLE001 - onnx raises many kinds; the model is still usable
             warnings.append(f"ONNX shape inference failed, shapes kept as given: {str(e).splitlines()[0]}")
     del light
 
     importer = _Importer(path, ext)
+    importer.main_initializers = main_initializers
     try:
         model = importer.model(proto)
     except InvalidModelError as e:
@@ -102,34 +108,51 @@ _BIG_INITIALIZER = 1 << 16   # bytes; smaller ones stay (shape inference reads s
 
 
 def _without_big_initializers(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
-    """A copy of `proto` whose large main-graph initializers are graph inputs of their type."""
-    big = [t for t in proto.graph.initializer if t.ByteSize() > _BIG_INITIALIZER]
+    """A model like `proto` whose large main-graph initializers are graph inputs of their type
+    (built field by field: the weights are never copied)."""
+    g = proto.graph
+    big = {t.name for t in g.initializer if t.ByteSize() > _BIG_INITIALIZER}
     if not big:
         return proto, False
     light = onnx.ModelProto()
-    light.CopyFrom(proto)
-    names = {t.name for t in big}
-    inputs = {vi.name for vi in light.graph.input}
-    keep = [t for t in light.graph.initializer if t.name not in names]
-    del light.graph.initializer[:]
-    light.graph.initializer.extend(keep)
-    for t in big:
-        if t.name not in inputs:
-            light.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
-    light.metadata_props.add(key="__mcp_moved__", value="\x1f".join(sorted(names - inputs)))
+    for fld, _ in proto.ListFields():
+        if fld.name == "graph":
+            continue
+        if fld.label == fld.LABEL_REPEATED:
+            getattr(light, fld.name).extend(getattr(proto, fld.name))
+        elif fld.message_type:
+            getattr(light, fld.name).CopyFrom(getattr(proto, fld.name))
+        else:
+            setattr(light, fld.name, getattr(proto, fld.name))
+    lg = light.graph
+    for fld, _ in g.ListFields():
+        if fld.name == "initializer":
+            lg.initializer.extend(t for t in g.initializer if t.name not in big)
+        elif fld.label == fld.LABEL_REPEATED:
+            getattr(lg, fld.name).extend(getattr(g, fld.name))
+        elif fld.message_type:
+            getattr(lg, fld.name).CopyFrom(getattr(g, fld.name))
+        else:
+            setattr(lg, fld.name, getattr(g, fld.name))
+    inputs = {vi.name for vi in g.input}
+    added = []
+    for t in g.initializer:
+        if t.name in big and t.name not in inputs:
+            lg.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+            added.append(t.name)
+    light.metadata_props.add(key="__mcp_moved__", value="\x1f".join(added))
     return light, True
 
 
 def _with_initializers_of(inferred: onnx.ModelProto, original: onnx.ModelProto) -> onnx.ModelProto:
-    """`inferred` (made from _without_big_initializers) with the original initializers back."""
+    """`inferred` (made from _without_big_initializers) with the inputs it gained taken out; the
+    importer reads the initializers from `original` (see _Importer.initializers)."""
     marker = next(i for i, p in enumerate(inferred.metadata_props) if p.key == "__mcp_moved__")
     added = set(filter(None, inferred.metadata_props[marker].value.split("\x1f")))
     del inferred.metadata_props[marker]
     keep = [vi for vi in inferred.graph.input if vi.name not in added]
     del inferred.graph.input[:]
     inferred.graph.input.extend(keep)
-    del inferred.graph.initializer[:]
-    inferred.graph.initializer.extend(original.graph.initializer)
     return inferred
 
 
@@ -260,6 +283,7 @@ class _Importer:
     def __init__(self, path: Path, ext: _ExternalData) -> None:
         self.path = path
         self.ext = ext
+        self.main_initializers = None   # the main graph's initializers, when not in the proto
 
     # -- model, functions ---------------------------------------------------------------------
     def model(self, p: onnx.ModelProto) -> Model:
@@ -308,7 +332,10 @@ class _Importer:
             v = Value(vi.name)
             self._annotate(v, vi)
             b.add_input(v)
-        for t in g.initializer:
+        inits = g.initializer
+        if parent is None and self.main_initializers is not None:
+            inits, self.main_initializers = self.main_initializers, None
+        for t in inits:
             b.add_initializer(Value(t.name, const=self.tensor(t)))
         for s in g.sparse_initializer:
             st = self.sparse(s)
