@@ -108,8 +108,7 @@ def main() -> None:
         "`mcp-cli convert --target triton-v1.12` (checker, shape inference, normalization pipeline, "
         ".mcpir and repository) vs `onnxslim in out`; whole-process wall seconds, median of "
         f"{args.runs}. `deep*`: chains of Constant -> Mul -> Relu -> Identity. Node counts after "
-        "differ where onnxslim fuses (BatchNormalization into Conv, HardSwish, ...), which our "
-        "pipeline does not do yet.",
+        "differ where one tool folds or fuses what the other does not (see the passes section).",
         table(["model", "nodes in", "nodes after (mcp)", "nodes after (onnxslim)", "mcp-cli s", "onnxslim s",
                "mcp / onnxslim"], rows),
         f"Growth: the {deep[1][0]} graph takes {ratio:.1f}x the {deep[0][0]} one (goal <= 12x, and <= 20 s).",

@@ -21,6 +21,8 @@ BENCHES = {
     "conformance": ([], []),
     "convert": (["--runs", "5", "--big-mb", "1024"], ["--quick"]),
     "scale": (["--runs", "5"], ["--quick"]),
+    "passes": (["--runs", "3"], ["--quick"]),
+    "quantize": (["--runs", "3", "--layers", "6"], ["--quick"]),
     "zoo": (["--runs", "5"], ["--quick"]),
     "serving": (["--runs", "3", "--seconds", "6"], ["--quick"]),
 }

@@ -5,8 +5,9 @@ from __future__ import annotations
 from .errors import UsageError
 from .passes import PASSES, Pass, PassContext, PassManager, Repeat
 from .passes.normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
-                               DeadCodeEliminationPass, DeduplicateWeightsPass,
-                               FoldConstantsPass, IdentityEliminationPass)
+                               DeadCodeEliminationPass, DeduplicateWeightsPass, FoldBatchNormPass,
+                               FoldConstantsPass, FoldConvAffinePass, FuseHardSwishPass,
+                               IdentityEliminationPass, MatMulAddToGemmPass, SimplifyReshapePass)
 from .passes.quantize import QuantizeFp8Pass, QuantizeInt4Pass, QuantizeOptions, required_opset
 from .passes.rewrite import UpgradeOpsetPass
 
@@ -18,7 +19,10 @@ def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # no
     steps: list[Pass | Repeat] = [
         ConstantToInitializerPass(),
         Repeat([FoldConstantsPass(), IdentityEliminationPass(), CommonSubexpressionEliminationPass(),
-                DeadCodeEliminationPass()]),
+                SimplifyReshapePass(), DeadCodeEliminationPass()]),
+        # fusions: change values by float32 rounding only (see each pass's docstring)
+        FoldBatchNormPass(), FoldConvAffinePass(), FuseHardSwishPass(), MatMulAddToGemmPass(),
+        DeadCodeEliminationPass(),
         DeduplicateWeightsPass(),
     ]
     need = max(opset or 0, required_opset(quantize) if quantize else 0)

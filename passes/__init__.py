@@ -9,7 +9,8 @@ from ._infra import (Pass, PassContext, PassError, PassManager, PassRecord, Pass
                      PipelineError, Property, Repeat)
 from .normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
                         DeadCodeEliminationPass, DeduplicateWeightsPass, FoldConstantsPass,
-                        IdentityEliminationPass)
+                        FoldBatchNormPass, FoldConvAffinePass, FuseHardSwishPass,
+                        IdentityEliminationPass, MatMulAddToGemmPass, SimplifyReshapePass)
 from .quantize import QuantizeFp8Pass, QuantizeInt4Pass
 from .rewrite import LegalizePass, UpgradeOpsetPass
 
@@ -25,7 +26,8 @@ def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
 
 PASSES: dict[str, type[Pass]] = _table(
     ConstantToInitializerPass, FoldConstantsPass, IdentityEliminationPass, CommonSubexpressionEliminationPass,
-    DeadCodeEliminationPass, DeduplicateWeightsPass, UpgradeOpsetPass, QuantizeInt4Pass, QuantizeFp8Pass,
+    DeadCodeEliminationPass, SimplifyReshapePass, FoldBatchNormPass, FoldConvAffinePass, FuseHardSwishPass,
+    MatMulAddToGemmPass, DeduplicateWeightsPass, UpgradeOpsetPass, QuantizeInt4Pass, QuantizeFp8Pass,
     LegalizePass,
 )
 

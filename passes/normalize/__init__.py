@@ -4,9 +4,15 @@ from .constant_to_initializer import ConstantToInitializerPass
 from .cse import CommonSubexpressionEliminationPass
 from .dead_code_elimination import DeadCodeEliminationPass
 from .dedup_weights import DeduplicateWeightsPass
+from .fold_batchnorm import FoldBatchNormPass
 from .fold_constants import FoldConstantsPass
+from .fold_conv_affine import FoldConvAffinePass
+from .fuse_hardswish import FuseHardSwishPass
+from .matmul_add_to_gemm import MatMulAddToGemmPass
+from .simplify_reshape import SimplifyReshapePass
 from .identity_elimination import IdentityEliminationPass
 
 __all__ = ["CommonSubexpressionEliminationPass", "ConstantToInitializerPass",
            "DeadCodeEliminationPass", "DeduplicateWeightsPass", "FoldConstantsPass",
-           "IdentityEliminationPass"]
+           "FoldBatchNormPass", "FoldConvAffinePass", "FuseHardSwishPass", "IdentityEliminationPass",
+           "MatMulAddToGemmPass", "SimplifyReshapePass"]

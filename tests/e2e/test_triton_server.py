@@ -119,7 +119,8 @@ def test_served_outputs_match_onnxruntime(server, name, protocol):
         got = _infer(client_mod, url, name, f, outputs)
         for o, a, b in zip(outputs, want, got):
             assert b.shape == a.shape, o
-            np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6, err_msg=f"{name}:{o}")
+            # the default pipeline folds batch norms and fuses activations: float32 rounding only
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=f"{name}:{o}")
     assert tried >= 1
 
 

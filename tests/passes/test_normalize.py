@@ -36,9 +36,9 @@ def _run(p, model):
     return result
 
 
-def _same_outputs(original, model, feeds):
+def _same_outputs(original, model, feeds, rtol=None, atol=None):
     for a, b in zip(ort_run(original, feeds), ort_run(to_onnx(model), feeds)):
-        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(b, a, rtol=RTOL if rtol is None else rtol, atol=ATOL if atol is None else atol)
 
 
 def _ops(model):
@@ -171,7 +171,8 @@ def test_default_pipeline_preserves_outputs(src):
         feeds = {"x": np.random.default_rng(0).random(ZOO_INPUTS[src.name], dtype=np.float32)}
     else:
         feeds = dict(np.load(src.parent / "inputs.npz"))
-    _same_outputs(src, model, feeds)
+    # the default pipeline includes the fusions (BN folding, ...): float32 rounding of folded weights
+    _same_outputs(src, model, feeds, rtol=1e-4, atol=1e-5)
 
 
 def test_plan_is_checked_before_running():

@@ -1,0 +1,209 @@
+"""The pass pipeline side by side with onnxslim, onnxsim and onnxruntime's own offline
+optimization (ORT_ENABLE_BASIC), in one run: node counts after, conversion wall time and peak
+RSS, and onnxruntime CPU latency of each output; and time growth from a 5k- to a 50k-node graph.
+
+    python benchmarks/bench_passes.py [--runs 3] [--quick]
+
+Models: the zoo (PP-OCRv4 det/rec, PP-OCR cls), onnx's light models, and generated graphs of
+conv blocks (Conv -> BatchNormalization -> exported hard-swish -> Identity, ~5k and ~50k nodes).
+Ours is `mcp-cli convert --target triton-v1.12` (checker, shape inference, the default
+pipeline, legalization, .mcpir and repository); peers write an optimized .onnx. Latency: batch
+1, one onnxruntime session per output, default options, median of --reps runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import machine, measure, versions  # noqa: E402
+from _results import table, write_section  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ZOO = HERE.parent.parent / "shared" / "zoo" / "rapidocr"
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+PY = sys.executable
+TIMEOUT = 120.0
+ZOO_INPUTS = {"ch_PP-OCRv4_det_infer": (1, 3, 64, 96), "ch_PP-OCRv4_rec_infer": (1, 3, 48, 320),
+              "ch_ppocr_mobile_v2.0_cls_infer": (1, 3, 48, 192)}
+ONNXSIM = "import sys, onnx, onnxsim\nm, ok = onnxsim.simplify(onnx.load(sys.argv[1]))\nonnx.save(m, sys.argv[2])\n"
+ORT_BASIC = ("import sys, onnxruntime as ort\nso = ort.SessionOptions()\n"
+             "so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC\n"
+             "so.optimized_model_filepath = sys.argv[2]\n"
+             "ort.InferenceSession(sys.argv[1], so, providers=['CPUExecutionProvider'])\n")
+
+
+def conv_blocks(path: Path, nodes: int, c: int = 8) -> None:
+    """Blocks of Conv(1x1) -> BatchNormalization -> x * Clip(x + 3, 0, 6) / 6 -> Identity."""
+    rng = np.random.default_rng(0)
+    ns, inits = [], []
+    for name, v in (("three", 3.0), ("zero", 0.0), ("six", 6.0)):
+        inits.append(numpy_helper.from_array(np.array(v, np.float32), name))
+    x = "x"
+    for i in range(nodes // 7):
+        p = f"b{i}_"
+        inits += [numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) * 0.3).astype(np.float32), p + "w"),
+                  numpy_helper.from_array(rng.random(c).astype(np.float32) + 0.5, p + "g"),
+                  numpy_helper.from_array(rng.standard_normal(c).astype(np.float32) * 0.1, p + "b"),
+                  numpy_helper.from_array(rng.standard_normal(c).astype(np.float32) * 0.1, p + "m"),
+                  numpy_helper.from_array(rng.random(c).astype(np.float32) + 0.5, p + "v")]
+        ns += [helper.make_node("Conv", [x, p + "w"], [p + "c"]),
+               helper.make_node("BatchNormalization", [p + "c", p + "g", p + "b", p + "m", p + "v"], [p + "bn"]),
+               helper.make_node("Add", [p + "bn", "three"], [p + "a"]),
+               helper.make_node("Clip", [p + "a", "zero", "six"], [p + "k"]),
+               helper.make_node("Mul", [p + "bn", p + "k"], [p + "hm"]),
+               helper.make_node("Div", [p + "hm", "six"], [p + "hs"]),
+               helper.make_node("Identity", [p + "hs"], [p + "o"])]
+        x = p + "o"
+    g = helper.make_graph(ns, "blocks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 8, 8])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, c, 8, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+def count(path: Path) -> int:
+    if path.suffix == ".mcpir":
+        from mcp_compiler.mcpir import read_mcpir
+
+        return sum(1 for _ in read_mcpir(path).graph.walk())
+    m = onnx.load(path, load_external_data=False)
+
+    def walk(g):  # noqa: ANN001, ANN202
+        return sum(1 + sum(walk(a.g) for a in n.attribute if a.HasField("g")) for n in g.node)
+    return walk(m.graph)
+
+
+def feeds_for(name: str, path: Path) -> dict:
+    m = onnx.load(path, load_external_data=False)
+    inits = {t.name for t in m.graph.initializer}
+    rng = np.random.default_rng(0)
+    out = {}
+    for vi in m.graph.input:
+        if vi.name in inits:
+            continue
+        shape = ZOO_INPUTS.get(name) or [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim]
+        out[vi.name] = rng.random(shape, dtype=np.float32)
+    return out
+
+
+def latency(path: Path, feeds: dict, reps: int) -> float:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if path.suffix == ".mcpir":
+        from mcp_compiler.mcpir import read_mcpir
+        from mcp_compiler.session import create_session
+
+        sess = create_session(read_mcpir(path), so)
+    else:
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    sess.run(None, feeds)
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e3
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="two small models, one run; nothing written")
+    args = ap.parse_args()
+    runs, reps = (1, 3) if args.quick else (args.runs, args.reps)
+    rows, scale = [], {}
+    with tempfile.TemporaryDirectory(prefix="mcp-bench-passes-") as d:
+        d = Path(d)
+        models = [(p.stem, p) for p in sorted(ZOO.glob("*.onnx"))]
+        models += [(p.stem, p) for p in sorted(LIGHT.glob("*.onnx"))]
+        sizes = (700, 7000) if args.quick else (5000, 50000)
+        for n in sizes:
+            p = d / f"blocks{n // 1000}k.onnx"
+            conv_blocks(p, n)
+            models.append((p.stem, p))
+        if args.quick:
+            models = models[:1] + models[-2:]
+        for name, src in models:
+            outs = {"mcp-cli": d / "repo" / "m" / "1" / "model.mcpir", "onnxslim": d / "slim.onnx",
+                    "onnxsim": d / "sim.onnx", "ORT basic": d / "ort_basic.onnx"}
+            cmds = {"mcp-cli": [PY, "-m", "mcp_compiler.cli", "convert", "-i", str(src), "-t", "triton-v1.12",
+                                "-o", str(d / "repo"), "--name", "m", "--force"],
+                    "onnxslim": [str(Path(PY).parent / "onnxslim"), str(src), str(outs["onnxslim"])],
+                    "onnxsim": [PY, "-c", ONNXSIM, str(src), str(outs["onnxsim"])],
+                    "ORT basic": [PY, "-c", ORT_BASIC, str(src), str(outs["ORT basic"])]}
+            res: dict[str, list] = {k: [] for k in cmds}
+            for _ in range(runs):
+                for k, cmd in cmds.items():
+                    if res[k] and res[k][-1].rc != 0:
+                        continue   # failed or timed out once: not retried
+                    res[k].append(measure(cmd, timeout=TIMEOUT))
+            feeds = feeds_for(name, src)
+            lat0 = latency(src, feeds, reps)
+            row = [name, count(src)]
+            cells = {}
+            for k, rs in res.items():
+                ok = rs and all(r.rc == 0 for r in rs) and outs[k].exists()
+                if not ok:
+                    why = "timeout" if rs and rs[-1].rc == -9 else "failed"
+                    cells[k] = (why, "", "", "")
+                    continue
+                wall = statistics.median(r.wall for r in rs)
+                rss = statistics.median(r.rss_mb for r in rs)
+                try:
+                    lat = f"{latency(outs[k], feeds, reps):.2f}"
+                except Exception as e:  # noqa: BLE001 - a peer's output onnxruntime rejects
+                    lat = f"fails ({str(e).splitlines()[0][:40]})"
+                cells[k] = (count(outs[k]), f"{wall:.2f}", f"{rss:.0f}", lat)
+                if k == "mcp-cli" and name.startswith("blocks"):
+                    scale[name] = wall
+            for k in cmds:
+                row += [cells[k][0]]
+            row += [cells[k][1] for k in ("mcp-cli", "onnxslim", "onnxsim")]
+            row += [cells[k][2] for k in ("mcp-cli", "onnxslim", "onnxsim")]
+            row += [f"{lat0:.2f}", cells["mcp-cli"][3], cells["onnxslim"][3]]
+            rows.append(row)
+            print(" | ".join(map(str, row)), flush=True)
+            shutil.rmtree(d / "repo", ignore_errors=True)
+    import onnxslim
+    import onnxsim
+
+    keys = sorted(scale)
+    growth = scale[keys[1]] / scale[keys[0]] if len(keys) == 2 else float("nan")
+    wins = sum(1 for r in rows if isinstance(r[2], int) and isinstance(r[3], int) and r[2] <= r[3])
+    body = "\n\n".join([
+        "## Pass pipeline vs onnxslim, onnxsim and onnxruntime's basic optimization",
+        f"Written by `python benchmarks/bench_passes.py --runs {runs}`. Machine: {machine()}. Versions: "
+        + ", ".join(f"{k} {v}" for k, v in versions().items())
+        + f", onnxslim {onnxslim.__version__}, onnxsim {onnxsim.__version__}.",
+        "Node counts after each tool; conversion wall seconds and peak RSS MB (whole process, "
+        f"median of {runs}, tools interleaved; ours includes writing the Triton repository); "
+        f"onnxruntime CPU latency ms (batch 1, median of {reps}) of the original, of our .mcpir "
+        "(through mcp_compiler.session) and of onnxslim's output. `blocks*`: generated Conv -> "
+        "BatchNormalization -> hard-swish -> Identity chains.",
+        table(["model", "nodes", "mcp-cli", "onnxslim", "onnxsim", "ORT basic", "mcp s", "slim s", "sim s",
+               "mcp MB", "slim MB", "sim MB", "lat orig", "lat mcp", "lat slim"], rows),
+        f"Node count at or below onnxslim's on {wins} of {len(rows)} models. Growth: "
+        f"{keys[1] if keys else '-'} takes {growth:.1f}x the time of {keys[0] if keys else '-'} (goal <= 12x).",
+    ])
+    print(body)
+    if not args.quick:
+        write_section("passes", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Small helpers for local rewrites: constants, single uses, swapping a value's producer."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mcp_compiler.ir import DataType, Graph, Node, Tensor, Value
+
+
+def const(v: Value | None) -> np.ndarray | None:
+    """The value's constant as a numpy array (dense tensors of numpy dtypes), else None."""
+    if v is None or not isinstance(v.const, Tensor) or v.const.string_data is not None:
+        return None
+    if v.const.dtype.packed or v.const.dtype.numpy_dtype.type.__module__ != "numpy":
+        return None
+    return v.const.numpy()
+
+
+def scalar(v: Value | None) -> float | None:
+    a = const(v)
+    return float(a.reshape(-1)[0]) if a is not None and a.size == 1 else None
+
+
+def only_use(v: Value, outputs: set[int]) -> Node | None:
+    """The one node using v, when v has exactly one use and is not a graph output."""
+    if id(v) in outputs or len(v.uses) != 1:
+        return None
+    return v.uses[0][0]
+
+
+def producer(v: Value | None, op: str) -> Node | None:
+    p = v.producer if v is not None else None
+    return p if p is not None and p.op_type == op and p.domain in ("", "ai.onnx") else None
+
+
+def other_input(n: Node, v: Value) -> Value | None:
+    """For a binary node using v: its other input."""
+    a, b = n.inputs[0], n.inputs[1]
+    return b if a is v else a if b is v else None
+
+
+def new_constant(g: Graph, names: set[str], base: str, array: np.ndarray) -> Value:
+    name, i = base, 1
+    while name in names or name in g.initializers:
+        name, i = f"{base}_{i}", i + 1
+    names.add(name)
+    v = Value(name, const=Tensor.from_numpy(name, np.ascontiguousarray(array)))
+    g.initializers[name] = v
+    return v
+
+
+def value_names(g: Graph) -> set[str]:
+    names = {v.name for v in g.inputs} | set(g.initializers)
+    for n in g.nodes:
+        names.update(o.name for o in n.outputs)
+    return names
+
+
+def move_output(frm: Node, to: Node, index: int = 0) -> None:
+    """`to` takes over producing frm.outputs[index] (the value keeps its name, type and uses);
+    `frm` is left producing nothing there and should be removed."""
+    v = frm.outputs[index]
+    dead = Value(f"{v.name}__replaced")
+    dead.producer, dead.output_index = frm, index
+    frm.outputs[index] = dead
+    old = to.outputs[0]
+    to.outputs[0] = v
+    v.producer, v.output_index = to, 0
+    old.producer = None
+    for user, i in list(old.uses):
+        user.set_input(i, v)
+
+
+def is_float32(v: Value | None) -> bool:
+    t = getattr(v, "type", None)
+    return t is not None and getattr(t, "elem_type", None) == DataType.FLOAT
+
+
+def channel_vector(a: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
+    """A constant that broadcasts against [N, C, ...] (rank `rank`) as one value per channel C:
+    shape (), (1,), [C, 1, ...] or [1, C, 1, ...]; returns it as a [C] vector."""
+    if a.size == 1:
+        return np.full(channels, a.reshape(-1)[0], a.dtype)
+    shape = list(a.shape)
+    while len(shape) < rank:
+        shape.insert(0, 1)
+    if len(shape) != rank or shape[1] != channels or any(d != 1 for i, d in enumerate(shape) if i != 1):
+        return None
+    return a.reshape(channels)

@@ -1,0 +1,130 @@
+"""Reshape shapes computed from the input's own shape -> constants; no-op Reshapes -> gone."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mcp_compiler.ir import DataType, Model, TensorType, Value
+
+from .. import _rewrite as R
+from .._infra import Pass, PassContext, PassResult
+
+_INT = (DataType.INT32, DataType.INT64)
+
+
+class SimplifyReshapePass(Pass):
+    """Rules (Reshape with allowzero unset or 0):
+
+    - Reshape(x, Concat(..., Slice(Shape(x), s, e), ...)) -> Reshape(x, Concat(..., 0 * (e - s), ...))
+      when the slice lands at positions s..e of the new shape (a 0 copies the input's dim at its
+      position); Casts between int32 and int64 around the shape values are looked through (dims
+      fit either). When every piece is then constant the shape becomes one constant and the
+      Shape/Slice/Cast/Concat nodes are left to dead-code elimination.
+    - Reshape(x, c) with x's shape fully known and equal to c (after resolving 0 and -1) -> x.
+    """
+
+    name = "simplify-reshape"
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        consts = removed = 0
+        for g in model.all_graphs():
+            outputs = {id(v) for v in g.outputs}
+            names = None
+            dead = []
+            for n in g.nodes:
+                if n.op_type != "Reshape" or n.domain not in ("", "ai.onnx") or len(n.inputs) != 2:
+                    continue
+                if "allowzero" in n.attributes and n.attributes["allowzero"].value:
+                    continue
+                x, s = n.inputs
+                shape = R.const(s)
+                if shape is None:
+                    shape = _own_shape_concat(x, s)
+                    if shape is None:
+                        continue
+                    names = names or R.value_names(g)
+                    n.set_input(1, R.new_constant(g, names, f"{n.name or 'reshape'}_shape", shape))
+                    consts += 1
+                y = n.outputs[0]
+                if id(y) not in outputs and _same_static_shape(x, shape):
+                    y.replace_all_uses_with(x)
+                    n.detach()
+                    dead.append(n)
+                    removed += 1
+            g.remove_nodes(dead)
+        return PassResult(model, consts + removed > 0, {"shapes_made_constant": consts, "reshapes_removed": removed})
+
+
+def _shape_piece(v: Value, x: Value) -> tuple[int, int] | None:
+    """(start, end) when v is Slice(Shape(x), start, end) on axis 0, step 1 (through int Casts)."""
+    v = _through_casts(v)
+    sl = R.producer(v, "Slice")
+    if sl is None or len(sl.inputs) < 3:
+        return None
+    src = _through_casts(sl.inputs[0])
+    shp = R.producer(src, "Shape")
+    if shp is None or shp.inputs[0] is not x or shp.attributes:
+        return None
+    start, end = R.const(sl.inputs[1]), R.const(sl.inputs[2])
+    axes = R.const(sl.inputs[3]) if len(sl.inputs) > 3 and sl.inputs[3] is not None else np.array([0])
+    steps = R.const(sl.inputs[4]) if len(sl.inputs) > 4 and sl.inputs[4] is not None else np.array([1])
+    if any(a is None or a.size != 1 for a in (start, end, axes, steps)) or int(axes[0]) != 0 or int(steps[0]) != 1:
+        return None
+    rank = _rank(x)
+    s, e = int(start.reshape(-1)[0]), int(end.reshape(-1)[0])
+    if rank is None or s < 0 or e < 0:
+        return None
+    e = min(e, rank)
+    return (s, e) if s < e else None
+
+
+def _through_casts(v: Value) -> Value:
+    while True:
+        c = R.producer(v, "Cast")
+        if c is None or not isinstance(v.type, TensorType) or v.type.elem_type not in _INT:
+            return v
+        src = c.inputs[0]
+        if not isinstance(src.type, TensorType) or src.type.elem_type not in _INT:
+            return v
+        v = src
+
+
+def _own_shape_concat(x: Value, s: Value) -> np.ndarray | None:
+    cat = R.producer(_through_casts(s), "Concat")
+    if cat is None or not isinstance(s.type, TensorType) or s.type.elem_type != DataType.INT64:
+        return None
+    parts, pos = [], 0
+    for piece in cat.inputs:
+        c = R.const(piece)
+        if c is not None:
+            if c.ndim != 1:
+                return None
+            parts.append(c.astype(np.int64))
+            pos += c.size
+            continue
+        se = _shape_piece(piece, x)
+        if se is None or se[0] != pos:
+            return None
+        parts.append(np.zeros(se[1] - se[0], np.int64))
+        pos += se[1] - se[0]
+    return np.concatenate(parts) if parts else None
+
+
+def _rank(x: Value) -> int | None:
+    t = x.type
+    return len(t.shape) if isinstance(t, TensorType) and t.shape is not None else None
+
+
+def _same_static_shape(x: Value, shape: np.ndarray) -> bool:
+    t = x.type
+    if not isinstance(t, TensorType) or t.shape is None or not all(isinstance(d, int) for d in t.shape):
+        return False
+    dims = list(t.shape)
+    want = [dims[i] if int(d) == 0 and i < len(dims) else int(d) for i, d in enumerate(shape.reshape(-1))]
+    if want.count(-1) == 1:
+        known = int(np.prod([d for d in want if d != -1])) if len(want) > 1 else 1
+        total = int(np.prod(dims))
+        if known == 0 or total % known:
+            return False
+        want[want.index(-1)] = total // known
+    return want == dims

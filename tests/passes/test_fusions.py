@@ -1,0 +1,177 @@
+"""Fusion passes (BN folding, Conv affine folding, hard-swish, MatMul+Add->Gemm, Reshape
+simplification): structure after, and onnxruntime outputs equal to the original's within the
+float32 rounding each pass states."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+from mcp_compiler.frontend import load_onnx
+from mcp_compiler.ir.verify import verify
+from mcp_compiler.lower import to_onnx
+from mcp_compiler.passes import PassContext
+from mcp_compiler.passes.normalize import (DeadCodeEliminationPass, FoldBatchNormPass, FoldConvAffinePass,
+                                           FuseHardSwishPass, MatMulAddToGemmPass, SimplifyReshapePass)
+
+from _helpers import ort_run
+
+RTOL, ATOL = 1e-4, 1e-5   # folded weights are rounded to float32 once
+rng = np.random.default_rng(0)
+
+
+def _init(name, *shape, positive=False):
+    a = rng.standard_normal(shape).astype(np.float32)
+    return numpy_helper.from_array(np.abs(a) + 0.5 if positive else a, name)
+
+
+def _save(tmp_path, nodes, inputs, outputs, inits, opset=17):
+    m = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits),
+                          opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    return m
+
+
+def _run(p, m, tmp_path, feeds, rtol=RTOL, atol=ATOL):
+    model = load_onnx(tmp_path / "m.onnx").model
+    r = p.run(model, PassContext())
+    DeadCodeEliminationPass().run(model, PassContext())
+    verify(model)
+    for a, b in zip(ort_run(m, feeds), ort_run(to_onnx(model), feeds)):
+        np.testing.assert_allclose(b, a, rtol=rtol, atol=atol)
+    return model, r
+
+
+def _ops(model):
+    return [n.op_type for n in model.graph.nodes]
+
+
+def _bn(name, x, y, c):
+    return (helper.make_node("BatchNormalization", [x, f"{name}_g", f"{name}_b", f"{name}_m", f"{name}_v"], [y],
+                             epsilon=1e-3),
+            [_init(f"{name}_g", c), _init(f"{name}_b", c), _init(f"{name}_m", c), _init(f"{name}_v", c, positive=True)])
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_fold_batchnorm_into_conv(tmp_path, bias):
+    bn, inits = _bn("bn", "c", "y", 8)
+    conv = helper.make_node("Conv", ["x", "w", "cb"] if bias else ["x", "w"], ["c"], pads=[1, 1, 1, 1])
+    inits += [_init("w", 8, 3, 3, 3)] + ([_init("cb", 8)] if bias else [])
+    m = _save(tmp_path, [conv, bn], [helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 6, 6])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [1, 8, 6, 6])], inits)
+    model, r = _run(FoldBatchNormPass(), m, tmp_path, {"x": rng.standard_normal((1, 3, 6, 6)).astype(np.float32)})
+    assert r.modified and _ops(model) == ["Conv"] and model.graph.nodes[0].outputs[0].name == "y"
+
+
+def test_fold_batchnorm_into_conv_transpose_and_gemm(tmp_path):
+    bn1, i1 = _bn("bn1", "ct", "h", 4)
+    bn2, i2 = _bn("bn2", "gm", "y", 5)
+    nodes = [helper.make_node("ConvTranspose", ["x", "wt"], ["ct"]), bn1,
+             helper.make_node("Flatten", ["h"], ["f"]), helper.make_node("Gemm", ["f", "wg", "gb"], ["gm"], transB=1), bn2]
+    inits = i1 + i2 + [_init("wt", 2, 4, 2, 2), _init("wg", 5, 4 * 5 * 5), _init("gb", 5)]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [3, 2, 4, 4])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [3, 5])], inits)
+    model, r = _run(FoldBatchNormPass(), m, tmp_path, {"x": rng.standard_normal((3, 2, 4, 4)).astype(np.float32)})
+    assert r.stats["batchnorms_folded"] == 2 and _ops(model) == ["ConvTranspose", "Flatten", "Gemm"]
+
+
+def test_batchnorm_kept_when_conv_output_is_used_twice(tmp_path):
+    bn, inits = _bn("bn", "c", "y", 4)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), bn, helper.make_node("Relu", ["c"], ["z"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [1, 2, 3, 3])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [1, 4, 3, 3]), helper.make_tensor_value_info("z", TP.FLOAT, [1, 4, 3, 3])],
+              inits + [_init("w", 4, 2, 1, 1)])
+    model, r = _run(FoldBatchNormPass(), m, tmp_path, {"x": rng.standard_normal((1, 2, 3, 3)).astype(np.float32)})
+    assert not r.modified and "BatchNormalization" in _ops(model)
+
+
+def test_fold_conv_mul_add(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Mul", ["s", "c"], ["m"]),
+             helper.make_node("Add", ["m", "t"], ["y"])]
+    inits = [_init("w", 6, 3, 1, 1), _init("b", 6), _init("s", 1, 6, 1, 1), _init("t", 6, 1, 1)]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 4, 4])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [1, 6, 4, 4])], inits)
+    model, r = _run(FoldConvAffinePass(), m, tmp_path, {"x": rng.standard_normal((1, 3, 4, 4)).astype(np.float32)})
+    assert r.stats["nodes_folded"] == 2 and _ops(model) == ["Conv"]
+
+
+def test_conv_mul_by_a_full_tensor_is_not_folded(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 4, 4])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [1, 6, 4, 4])],
+              [_init("w", 6, 3, 1, 1), _init("s", 1, 6, 4, 4)])
+    model, r = _run(FoldConvAffinePass(), m, tmp_path, {"x": rng.standard_normal((1, 3, 4, 4)).astype(np.float32)})
+    assert not r.modified
+
+
+def _hardswish_nodes(div_by_six=True):
+    c = lambda n, v: helper.make_node("Constant", [], [n], value=numpy_helper.from_array(np.array(v, np.float32)))  # noqa: E731
+    last = (helper.make_node("Div", ["m", "six"], ["y"]) if div_by_six
+            else helper.make_node("Mul", ["sixth", "m"], ["y"]))
+    return [c("three", 3.0), c("zero", 0.0), c("six", 6.0), c("sixth", 1 / 6),
+            helper.make_node("Add", ["x", "three"], ["a"]), helper.make_node("Clip", ["a", "zero", "six"], ["k"]),
+            helper.make_node("Mul", ["x", "k"], ["m"]), last]
+
+
+@pytest.mark.parametrize("opset,ops", [(14, ["HardSwish"]), (12, ["HardSigmoid", "Mul"])])
+@pytest.mark.parametrize("div", [True, False])
+def test_fuse_hardswish(tmp_path, opset, ops, div):
+    from mcp_compiler.passes.normalize import ConstantToInitializerPass
+
+    m = _save(tmp_path, _hardswish_nodes(div), [helper.make_tensor_value_info("x", TP.FLOAT, [2, 50])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [2, 50])], [], opset=opset)
+    model = load_onnx(tmp_path / "m.onnx").model
+    ConstantToInitializerPass().run(model, PassContext())
+    r = FuseHardSwishPass().run(model, PassContext())
+    DeadCodeEliminationPass().run(model, PassContext())
+    verify(model)
+    assert r.stats["hardswish"] == 1 and _ops(model) == ops
+    x = np.linspace(-5, 5, 100, dtype=np.float32).reshape(2, 50)
+    np.testing.assert_allclose(ort_run(to_onnx(model), {"x": x})[0], ort_run(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_matmul_add_to_gemm(tmp_path):
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 8])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 4])], [_init("w", 8, 4), _init("b", 4)])
+    model, r = _run(MatMulAddToGemmPass(), m, tmp_path, {"x": rng.standard_normal((3, 8)).astype(np.float32)},
+                    rtol=1e-6, atol=1e-6)
+    assert r.modified and _ops(model) == ["Gemm"]
+
+
+def test_matmul_add_3d_is_not_a_gemm(tmp_path):
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3, 8])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [2, 3, 4])], [_init("w", 8, 4), _init("b", 4)])
+    model, r = _run(MatMulAddToGemmPass(), m, tmp_path, {"x": rng.standard_normal((2, 3, 8)).astype(np.float32)})
+    assert not r.modified
+
+
+def test_reshape_from_own_shape_becomes_constant(tmp_path):
+    # Reshape(x, Concat(Cast(Slice(Cast(Shape(x), int32), 0, 1), int64), [200])) -> Reshape(x, [0, 200])
+    c = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["s32"], to=TP.INT32),
+             helper.make_node("Slice", ["s32", "zero", "one", "zero", "one"], ["b32"]),
+             helper.make_node("Cast", ["b32"], ["b"], to=TP.INT64),
+             helper.make_node("Concat", ["b", "c200"], ["shape"], axis=0), helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 200, 1, 1])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 200])],
+              [c("zero", [0]), c("one", [1]), c("c200", [200])])
+    model, r = _run(SimplifyReshapePass(), m, tmp_path, {"x": rng.standard_normal((3, 200, 1, 1)).astype(np.float32)},
+                    rtol=0, atol=0)
+    assert r.stats["shapes_made_constant"] == 1 and _ops(model) == ["Reshape"]
+    assert list(model.graph.nodes[0].inputs[1].const.numpy()) == [0, 200]
+
+
+def test_reshape_to_the_same_static_shape_goes(tmp_path):
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 6])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [2, 6])],
+              [numpy_helper.from_array(np.array([0, -1], np.int64), "shape")])
+    model, r = _run(SimplifyReshapePass(), m, tmp_path, {"x": rng.standard_normal((2, 6)).astype(np.float32)},
+                    rtol=0, atol=0)
+    assert r.stats["reshapes_removed"] == 1 and _ops(model) == ["Relu"]
