@@ -37,6 +37,7 @@ class ConvertOptions:
     accuracy_budget: dict[str, float] = field(default_factory=dict)   # e.g. {"cos": 0.99}
     accuracy_samples: int = 2           # random input sets for the accuracy report (no --calibration-data)
     opset: int | None = None            # raise the ai.onnx opset to this first (upgrade-opset)
+    fold_size_limit: int | None = None  # bytes a folded constant may grow to (None: 1 MiB)
 
 
 @dataclass
@@ -124,7 +125,8 @@ def convert(input: str | os.PathLike, output: str | os.PathLike | None,
         from . import pipeline
 
         pm = pipeline.build(target, options.passes, options.disabled_passes, options.verify_each,
-                            quantize=options.quantize, calibration=samples, opset=options.opset)
+                            quantize=options.quantize, calibration=samples, opset=options.opset,
+                            fold_size_limit=options.fold_size_limit)
         _, records = pm.run(model)
     tp = time.perf_counter()
     s = summarize(model, fmt)

@@ -152,6 +152,10 @@ def convert(
              "top1=MIN, max-abs=MAX, rel=MAX, checked on every float output."),
     accuracy_samples: int = typer.Option(2, "--accuracy-samples",
                                          help="Random input sets for the accuracy report (0: none)."),
+    fold_size_limit: Optional[float] = typer.Option(
+        None, "--fold-size-limit", metavar="MB",
+        help="Constant folding may produce tensors up to this size (default 1 MB; larger only "
+             "when not larger than the inputs). Raise it to materialize generated weights."),
     opset: Optional[int] = typer.Option(None, "--opset", help="Raise the model's ai.onnx opset to "
                                         "this first (onnx version converter)."),
     model_warmup: Optional[bool] = typer.Option(None, "--warmup/--no-warmup",
@@ -193,7 +197,10 @@ def convert(
                                   disabled_passes=set(disable_pass or ()), verify_each=verify_each,
                                   accuracy_budget=parse_budget(accuracy_budget),
                                   accuracy_samples=accuracy_samples, opset=opset,
+                                  fold_size_limit=None if fold_size_limit is None else int(fold_size_limit * 2**20),
                                   calibration_data=str(calibration_data) if calibration_data else None)
+        if fold_size_limit is not None and not fold_size_limit >= 0:
+            raise UsageError(f"--fold-size-limit must be >= 0 MB, got {fold_size_limit}")
         if opset is not None and not 1 <= opset <= onnx_opset_version():
             raise UsageError(f"--opset {opset}: onnx knows opsets 1..{onnx_opset_version()}")
         level = quantization_level
@@ -273,7 +280,9 @@ def list_passes(json_out: bool = JsonOpt) -> None:
     from .passes import PASSES
 
     rep = Reporter(json_mode=json_out)
-    rows = [{"name": n, "summary": (c.__doc__ or "").strip().splitlines()[0],
+    import sys
+
+    rows = [{"name": n, "summary": (sys.modules[c.__module__].__doc__ or c.__doc__ or "").strip().splitlines()[0],
              "requires": sorted(p.value for p in c.requires),
              "establishes": sorted(p.value for p in c.establishes)} for n, c in PASSES.items()]
     if json_out:

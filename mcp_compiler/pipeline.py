@@ -23,13 +23,17 @@ def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # no
         # fusions: change values by float32 rounding only (see each pass's docstring)
         FoldBatchNormPass(), FoldConvAffinePass(), FuseHardSwishPass(), MatMulAddToGemmPass(),
         DeadCodeEliminationPass(),
-        DeduplicateWeightsPass(),
     ]
+    # identical weights become one, and then nodes that only differed by them merge
+    after = [DeduplicateWeightsPass(), CommonSubexpressionEliminationPass(), DeadCodeEliminationPass()]
+    if quantize is None:
+        steps += after
     need = max(opset or 0, required_opset(quantize) if quantize else 0)
     if need:
         steps.append(UpgradeOpsetPass(need))
     if quantize is not None:
-        steps.append(QuantizeInt4Pass() if quantize.mode == "int4" else QuantizeFp8Pass())
+        # weights deduplicated after quantizing: hashing the (smaller) quantized ones
+        steps += [QuantizeInt4Pass() if quantize.mode == "int4" else QuantizeFp8Pass(), *after]
     if target is not None:
         steps += target.legalize_passes()
     return steps
@@ -46,11 +50,15 @@ def named_pipeline(names: list[str]) -> list[Pass | Repeat]:
 
 def build(target=None, passes: list[str] | None = None, disabled: set[str] | None = None,  # noqa: ANN001
           verify_each: bool = False, quantize: QuantizeOptions | None = None,
-          calibration: list[dict] | None = None, opset: int | None = None) -> PassManager:
+          calibration: list[dict] | None = None, opset: int | None = None,
+          fold_size_limit: int | None = None) -> PassManager:
     disabled = set(disabled or ())
     unknown = sorted(disabled - set(PASSES))
     if unknown:
         raise UsageError(f"--disable-pass: unknown pass {', '.join(map(repr, unknown))}")
     steps = named_pipeline(passes) if passes else default_pipeline(target, quantize, opset)
-    return PassManager(steps, PassContext(verify_each=verify_each, disabled=disabled, target=target,
-                                          quantize=quantize, calibration=calibration, min_opset=opset))
+    ctx = PassContext(verify_each=verify_each, disabled=disabled, target=target,
+                      quantize=quantize, calibration=calibration, min_opset=opset)
+    if fold_size_limit is not None:
+        ctx.fold_size_limit = fold_size_limit
+    return PassManager(steps, ctx)

@@ -175,3 +175,30 @@ def test_reshape_to_the_same_static_shape_goes(tmp_path):
     model, r = _run(SimplifyReshapePass(), m, tmp_path, {"x": rng.standard_normal((2, 6)).astype(np.float32)},
                     rtol=0, atol=0)
     assert r.stats["reshapes_removed"] == 1 and _ops(model) == ["Relu"]
+
+
+def test_fold_size_limit_flag_materializes_generated_weights(tmp_path):
+    # ConstantOfShape makes a 4 MB weight: kept as a node by default, folded with a larger limit
+    from typer.testing import CliRunner
+
+    from mcp_compiler.cli import app
+
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["w"], value=numpy_helper.from_array(np.array([0.01], np.float32))),
+             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 1024])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [2, 1024])],
+              [numpy_helper.from_array(np.array([1024, 1024], np.int64), "shape")])
+    runner = CliRunner()
+    counts = []
+    for extra in ([], ["--fold-size-limit", "8"]):
+        r = runner.invoke(app, ["convert", "-i", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.mcpir"), "--json",
+                                "--passes", "fold-constants,dead-code-elimination", *extra])
+        assert r.exit_code == 0, r.output
+        import json
+
+        counts.append(json.loads(r.output)["nodes"])
+    assert counts == [2, 1]
+    r = runner.invoke(app, ["convert", "-i", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.mcpir"),
+                            "--fold-size-limit", "-1"])
+    assert r.exit_code == 2 and "--fold-size-limit must be >= 0" in r.output
+    del m
