@@ -33,17 +33,18 @@ def producer(v: Value | None, op: str) -> Node | None:
     return p if p is not None and p.op_type == op and p.domain in ("", "ai.onnx") else None
 
 
-def other_input(n: Node, v: Value) -> Value | None:
-    """For a binary node using v: its other input."""
-    a, b = n.inputs[0], n.inputs[1]
-    return b if a is v else a if b is v else None
+def fresh_name(names: set[str], base: str) -> str:
+    """`base`, or `base_1`, `base_2`, ... : the first not in `names` (which then holds it)."""
+    name, i = base, 1
+    while name in names:
+        name, i = f"{base}_{i}", i + 1
+    names.add(name)
+    return name
 
 
 def new_constant(g: Graph, names: set[str], base: str, array: np.ndarray) -> Value:
-    name, i = base, 1
-    while name in names or name in g.initializers:
-        name, i = f"{base}_{i}", i + 1
-    names.add(name)
+    """A fresh initializer of g holding `array`; `names` (from value_names) holds the taken ones."""
+    name = fresh_name(names, base)
     v = Value(name, const=Tensor.from_numpy(name, np.ascontiguousarray(array)))
     g.initializers[name] = v
     return v
@@ -56,19 +57,24 @@ def value_names(g: Graph) -> set[str]:
     return names
 
 
-def move_output(frm: Node, to: Node, index: int = 0) -> None:
-    """`to` takes over producing frm.outputs[index] (the value keeps its name, type and uses);
-    `frm` is left producing nothing there and should be removed."""
-    v = frm.outputs[index]
-    dead = Value(f"{v.name}__replaced")
-    dead.producer, dead.output_index = frm, index
-    frm.outputs[index] = dead
-    old = to.outputs[0]
-    to.outputs[0] = v
-    v.producer, v.output_index = to, 0
+def hand_over_output(frm: Node, to: Node) -> None:
+    """`to`, whose output 0 fed only `frm`, now produces frm's output 0 (the value keeps its
+    name, type and uses); `frm` is left with an unused stand-in, for Graph.remove_nodes."""
+    y, old = frm.outputs[0], to.outputs[0]
+    to.outputs[0] = y
+    y.producer, y.output_index = to, 0
     old.producer = None
-    for user, i in list(old.uses):
-        user.set_input(i, v)
+    stand_in = Value(f"{y.name}__folded")
+    stand_in.producer, stand_in.output_index = frm, 0
+    frm.outputs[0] = stand_in
+
+
+def set_bias(n: Node, v: Value) -> None:
+    """Input 2 (the optional bias of Conv/ConvTranspose/Gemm) becomes v."""
+    if len(n.inputs) > 2:
+        n.set_input(2, v)
+    else:
+        n._append_input(v)   # noqa: SLF001 - the IR's way to add a trailing input
 
 
 def is_float32(v: Value | None) -> bool:

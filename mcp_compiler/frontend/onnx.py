@@ -70,7 +70,8 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
     warnings: list[str] = []
     # The checker and shape inference serialize the whole model (twice each): hand them a copy
     # with the big initializers as typed graph inputs instead, then put the weights back.
-    light, moved = _without_big_initializers(proto) if not ext.files else (proto, False)
+    light, added = _without_big_initializers(proto) if not ext.files else (proto, [])
+    moved = light is not proto
     main_initializers = None   # set when the main graph's initializers come from the original
     if check:
         try:
@@ -86,7 +87,7 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
             inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False)
             if moved:
                 main_initializers = proto.graph.initializer
-                proto = _with_initializers_of(inferred, proto)
+                proto = _drop_inputs(inferred, added)
             else:
                 proto = inferred
         except Exception as e:  # noqa: BLE001 - onnx raises many kinds; the model is still usable
@@ -107,50 +108,42 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
 _BIG_INITIALIZER = 1 << 16   # bytes; smaller ones stay (shape inference reads shapes from them)
 
 
-def _without_big_initializers(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
+def _without_big_initializers(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     """A model like `proto` whose large main-graph initializers are graph inputs of their type
-    (built field by field: the weights are never copied)."""
+    (built field by field: the weights are never copied), and the inputs it added."""
     g = proto.graph
     big = {t.name for t in g.initializer if t.ByteSize() > _BIG_INITIALIZER}
     if not big:
-        return proto, False
+        return proto, []
     light = onnx.ModelProto()
-    for fld, _ in proto.ListFields():
-        if fld.name == "graph":
+    _copy_fields(light, proto, skip="graph")
+    _copy_fields(light.graph, g, skip="initializer")
+    light.graph.initializer.extend(t for t in g.initializer if t.name not in big)
+    inputs = {vi.name for vi in g.input}
+    stand_ins = [onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                 for t in g.initializer if t.name in big and t.name not in inputs]
+    light.graph.input.extend(stand_ins)
+    return light, [vi.name for vi in stand_ins]
+
+
+def _copy_fields(dst, src, skip: str) -> None:  # noqa: ANN001 - two protobuf messages of one type
+    """Copy every set field of `src` but `skip` into `dst` (repeated ones appended)."""
+    for fld, _ in src.ListFields():
+        if fld.name == skip:
             continue
         if fld.label == fld.LABEL_REPEATED:
-            getattr(light, fld.name).extend(getattr(proto, fld.name))
+            getattr(dst, fld.name).extend(getattr(src, fld.name))
         elif fld.message_type:
-            getattr(light, fld.name).CopyFrom(getattr(proto, fld.name))
+            getattr(dst, fld.name).CopyFrom(getattr(src, fld.name))
         else:
-            setattr(light, fld.name, getattr(proto, fld.name))
-    lg = light.graph
-    for fld, _ in g.ListFields():
-        if fld.name == "initializer":
-            lg.initializer.extend(t for t in g.initializer if t.name not in big)
-        elif fld.label == fld.LABEL_REPEATED:
-            getattr(lg, fld.name).extend(getattr(g, fld.name))
-        elif fld.message_type:
-            getattr(lg, fld.name).CopyFrom(getattr(g, fld.name))
-        else:
-            setattr(lg, fld.name, getattr(g, fld.name))
-    inputs = {vi.name for vi in g.input}
-    added = []
-    for t in g.initializer:
-        if t.name in big and t.name not in inputs:
-            lg.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
-            added.append(t.name)
-    light.metadata_props.add(key="__mcp_moved__", value="\x1f".join(added))
-    return light, True
+            setattr(dst, fld.name, getattr(src, fld.name))
 
 
-def _with_initializers_of(inferred: onnx.ModelProto, original: onnx.ModelProto) -> onnx.ModelProto:
-    """`inferred` (made from _without_big_initializers) with the inputs it gained taken out; the
-    importer reads the initializers from `original` (see _Importer.initializers)."""
-    marker = next(i for i, p in enumerate(inferred.metadata_props) if p.key == "__mcp_moved__")
-    added = set(filter(None, inferred.metadata_props[marker].value.split("\x1f")))
-    del inferred.metadata_props[marker]
-    keep = [vi for vi in inferred.graph.input if vi.name not in added]
+def _drop_inputs(inferred: onnx.ModelProto, added: list[str]) -> onnx.ModelProto:
+    """`inferred` (made from _without_big_initializers) without the inputs that stood in for the
+    big initializers; the importer reads those from the original (_Importer.main_initializers)."""
+    gone = set(added)
+    keep = [vi for vi in inferred.graph.input if vi.name not in gone]
     del inferred.graph.input[:]
     inferred.graph.input.extend(keep)
     return inferred

@@ -69,33 +69,12 @@ class FoldBatchNormPass(Pass):
                 names = names or R.value_names(g)
                 base = p.inputs[1].name
                 p.set_input(1, R.new_constant(g, names, f"{base}_bn", new_w.astype(np.float32)))
-                bv = R.new_constant(g, names, f"{base}_bn_bias", new_b)
-                if len(p.inputs) > 2:
-                    p.set_input(2, bv)
-                else:
-                    p._append_input(bv)   # noqa: SLF001 - adding the optional bias input
-                bn.set_input(0, None)
-                _take(bn, p, bn.outputs[0])   # the producer now makes the BN's output
+                R.set_bias(p, R.new_constant(g, names, f"{base}_bn_bias", new_b))
+                R.hand_over_output(bn, p)   # the producer now makes the BN's output
                 dead.append(bn)
                 folded += 1
-            for n in dead:
-                for i in range(len(n.inputs)):
-                    n.set_input(i, None)
             g.remove_nodes(dead)
         return PassResult(model, folded > 0, {"batchnorms_folded": folded})
-
-
-def _take(bn, p, y) -> None:  # noqa: ANN001
-    """p (whose old output fed only bn) now produces bn's output y."""
-    from mcp_compiler.ir import Value
-
-    old = p.outputs[0]
-    p.outputs[0] = y
-    y.producer, y.output_index = p, 0
-    old.producer = None
-    stand_in = Value(f"{y.name}__bn_folded")
-    stand_in.producer, stand_in.output_index = bn, 0
-    bn.outputs[0] = stand_in
 
 
 def _scaled_weight(p, w: np.ndarray, s: np.ndarray) -> np.ndarray | None:  # noqa: ANN001

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import Model, Value
+from mcp_compiler.ir import Model
 
 from .. import _rewrite as R
 from .._infra import Pass, PassContext, PassResult
@@ -56,20 +56,8 @@ class FoldConvAffinePass(Pass):
                     new_bias = bias.reshape(-1) * vec
                 else:
                     new_bias = bias.reshape(-1) + vec
-                bv = R.new_constant(g, names, f"{base}_bias", new_bias.astype(np.float32))
-                if len(conv.inputs) > 2:
-                    conv.set_input(2, bv)
-                else:
-                    conv._append_input(bv)   # noqa: SLF001 - adding the optional bias input
-                for i in range(2):
-                    n.set_input(i, None)
-                y = n.outputs[0]
-                conv.outputs[0] = y
-                y.producer, y.output_index = conv, 0
-                conv_out.producer = None
-                stand_in = Value(f"{y.name}__folded_into_conv")
-                stand_in.producer, stand_in.output_index = n, 0
-                n.outputs[0] = stand_in
+                R.set_bias(conv, R.new_constant(g, names, f"{base}_bias", new_bias.astype(np.float32)))
+                R.hand_over_output(n, conv)   # the Conv now makes the Mul/Add's output
                 dead.append(n)
                 folded += 1
             g.remove_nodes(dead)

@@ -12,7 +12,7 @@ import numpy as np
 
 from mcp_compiler.ir import DataType, Graph, Model, Node, Tensor, TensorType, Value
 
-from .numerics import relative_error
+from .. import _rewrite as R
 from .options import QuantizeOptions
 
 
@@ -119,10 +119,8 @@ def _candidate(n: Node, opts: QuantizeOptions, decisions: Decisions) -> Candidat
     return Candidate(n, wv, np.ascontiguousarray(w, np.float32), bias)
 
 
-def check_error(c: Candidate, approx: np.ndarray | float, opts: QuantizeOptions, decisions: Decisions) -> float | None:
-    """The relative weight error (given, or from the dequantized weight), or None (and a skip
-    record) when it exceeds --quantize-max-error."""
-    err = float(approx) if isinstance(approx, float) else relative_error(c.w, approx)
+def check_error(c: Candidate, err: float, opts: QuantizeOptions, decisions: Decisions) -> float | None:
+    """The relative weight error, or None (and a skip record) when it exceeds --quantize-max-error."""
     if opts.max_error is not None and err > opts.max_error:
         decisions.skip(c.node, f"relative weight error {err:.4f} > --quantize-max-error {opts.max_error}", c.weight)
         return None
@@ -145,26 +143,14 @@ class Namer:
     """Fresh value names for one model (never reusing a name any graph has)."""
 
     def __init__(self, model: Model) -> None:
-        self.used: set[str] = set()
-        for g in model.all_graphs():
-            self.used.update(v.name for v in g.inputs)
-            self.used.update(g.initializers)
-            for n in g.nodes:
-                self.used.update(o.name for o in n.outputs)
+        self.used: set[str] = set().union(*(R.value_names(g) for g in model.all_graphs()))
 
     def __call__(self, base: str) -> str:
-        name, i = base, 1
-        while name in self.used:
-            name, i = f"{base}_{i}", i + 1
-        self.used.add(name)
-        return name
+        return R.fresh_name(self.used, base)
 
 
 def constant(g: Graph, namer: Namer, base: str, array: np.ndarray) -> Value:
-    name = namer(base)
-    v = Value(name, const=Tensor.from_numpy(name, array))
-    g.initializers[name] = v
-    return v
+    return R.new_constant(g, namer.used, base, array)
 
 
 def take_outputs(old: Node) -> list[Value]:

@@ -82,13 +82,8 @@ def quantize_int4(w: np.ndarray, block: int, symmetric: bool = False) -> Int4Blo
     x -= zp_f[..., None]
     x *= scale[..., None]
     x -= b
-    flat, ref = x.reshape(-1), b.reshape(-1)
-    norm = float(np.dot(ref, ref))
-    err = float(np.dot(flat, flat))
-    rel = (err / norm) ** 0.5 if norm > 0 else (0.0 if err == 0 else float("inf"))
-    out = Int4Blocks(q, scale.astype(np.float32), zp_f.astype(np.uint8), k, symmetric)
-    out.rel_error = rel
-    return out
+    return Int4Blocks(q, scale.astype(np.float32), zp_f.astype(np.uint8), k, symmetric,
+                      relative_error(x, b))
 
 
 @dataclass
@@ -126,16 +121,12 @@ def quantize_fp8(w: np.ndarray, fmt: str = "e4m3fn", axis: int | None = None) ->
     np.clip(scaled, -fmax, fmax, out=scaled)
     q = scaled.astype(FP8_TYPES[fmt])
     out = Fp8Weights(q, scale, axis)
-    d = (out.dequantize() - w).reshape(-1)
-    ref = w.reshape(-1)
-    norm, err = float(np.dot(ref, ref)), float(np.dot(d, d))
-    out.rel_error = (err / norm) ** 0.5 if norm > 0 else (0.0 if err == 0 else float("inf"))
+    out.rel_error = relative_error(out.dequantize() - w, w)
     return out
 
 
-def relative_error(w: np.ndarray, approx: np.ndarray) -> float:
-    """||w - approx|| / ||w|| (Frobenius); 0 for an all-zero w reproduced exactly."""
-    w64 = np.asarray(w, np.float64)
-    d = float(np.linalg.norm(w64 - approx))
-    n = float(np.linalg.norm(w64))
-    return d / n if n > 0 else (0.0 if d == 0 else float("inf"))
+def relative_error(diff: np.ndarray, w: np.ndarray) -> float:
+    """||diff|| / ||w|| (Frobenius, float32 dot products); 0 for an all-zero w reproduced exactly."""
+    d, ref = diff.reshape(-1), w.reshape(-1)
+    err, norm = float(np.dot(d, d)), float(np.dot(ref, ref))
+    return (err / norm) ** 0.5 if norm > 0 else (0.0 if err == 0 else float("inf"))

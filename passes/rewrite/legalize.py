@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 import onnx
 from onnx import TensorProto as TP
@@ -34,12 +33,6 @@ _WIDENABLE.update({op: "T" for op in _FLOAT_ONLY})
 _INTEGER_ONLY = {"Sum"}
 # Downgrading across these versions changes semantics with the same signature.
 _SEMANTIC_CHANGES = {("Softmax", 13), ("LogSoftmax", 13), ("Hardmax", 13)}
-
-
-@dataclass
-class _Site:
-    graph: Graph
-    node: Node
 
 
 class LegalizePass(Pass):
@@ -169,11 +162,11 @@ class LegalizePass(Pass):
             trial = {**opsets, "": low}
             bad = sum(self._supported(g, n, trial) is False for g, n in nodes)
             if bad < bad_now or have > self.t.max_opset:
-                best = (low, bad)
+                best = low
                 break
         if best is None:
             return False
-        low = best[0]
+        low = best
         dom = "" if "" in self.model.opset_imports else "ai.onnx"
         changed = [n for _, n in nodes if n.domain in ("", "ai.onnx")
                    and since_version("", n.op_type, have) != since_version("", n.op_type, low)]
