@@ -38,6 +38,7 @@ class ConvertOptions:
     accuracy_samples: int = 2           # random input sets for the accuracy report (no --calibration-data)
     opset: int | None = None            # raise the ai.onnx opset to this first (upgrade-opset)
     fold_size_limit: int | None = None  # bytes a folded constant may grow to (None: 1 MiB)
+    layout: str = "nchw"                # "nhwc": image inputs/outputs channels-last (layout-nhwc)
 
 
 @dataclass
@@ -109,6 +110,8 @@ def convert(input: str | os.PathLike, output: str | os.PathLike | None,
             raise UsageError(f"--output {output} is a directory")
         if not output.parent.exists():
             raise UsageError(f"--output {output}: folder {output.parent} does not exist")
+    if options.layout not in ("nchw", "nhwc"):
+        raise UsageError(f"--layout: expected nchw or nhwc, got {options.layout!r}")
     t0 = time.perf_counter()
     model, fmt, warnings = load_model(input, check=options.check, infer_shapes=options.infer_shapes)
     if options.verify and fmt != "onnx":
@@ -121,18 +124,19 @@ def convert(input: str | os.PathLike, output: str | os.PathLike | None,
 
         samples = load_samples(options.calibration_data, model)
     weights_before = summarize(model, fmt).weight_bytes if options.quantize else 0
-    if target is not None or options.passes or options.quantize or options.opset:
+    if target is not None or options.passes or options.quantize or options.opset or options.layout != "nchw":
         from . import pipeline
 
         pm = pipeline.build(target, options.passes, options.disabled_passes, options.verify_each,
                             quantize=options.quantize, calibration=samples, opset=options.opset,
-                            fold_size_limit=options.fold_size_limit)
+                            fold_size_limit=options.fold_size_limit, layout=options.layout)
         _, records = pm.run(model)
     tp = time.perf_counter()
     s = summarize(model, fmt)
     report = ConvertReport(input=str(input), output=str(output), nodes=s.nodes, weights=s.weights,
                            weight_bytes=s.weight_bytes, output_bytes=0, target=options.target,
                            warnings=list(warnings), passes=[asdict(r) for r in records])
+    report.warnings += [w for r in records for w in r.warnings]
     if options.quantize is not None:
         report.quantization = _quantization_report(options, records, weights_before, s.weight_bytes)
         if report.quantization["quantized"]:
@@ -227,6 +231,16 @@ def _check_accuracy(input, fmt: str, model: Model, samples, options: ConvertOpti
         report.quantization["accuracy"] = acc.to_dict()
 
 
-def inspect(path: str | os.PathLike) -> ModelSummary:
-    model, fmt, _ = load_model(path, check=False, infer_shapes=False)
-    return summarize(model, fmt)
+def inspect(path: str | os.PathLike, values: bool = False) -> ModelSummary:
+    """The model's interface, ops and weights, with every value's shape contract from
+    symbolic shape inference (ONNX's, then ours)."""
+    from .passes import PassContext
+    from .passes.shapes import SymbolicShapesPass
+
+    model, fmt, _ = load_model(path, check=False, infer_shapes=True)
+    result = SymbolicShapesPass().run(model, PassContext())
+    s = summarize(model, fmt, values=values)
+    s.shape_assumptions = list(result.stats["assumptions"])
+    s.shape_conflicts = list(result.stats["conflict_list"])
+    s.no_shape_rule = dict(result.stats["no_rule"])
+    return s

@@ -156,6 +156,10 @@ def convert(
         None, "--fold-size-limit", metavar="MB",
         help="Constant folding may produce tensors up to this size (default 1 MB; larger only "
              "when not larger than the inputs). Raise it to materialize generated weights."),
+    layout: str = typer.Option("nchw", "--layout", metavar="nchw|nhwc",
+                               help="nhwc: 4-D image inputs (and image outputs) become channels-last "
+                                    "[N, H, W, C]; transposes inside move and cancel. verify feeds "
+                                    "the original NCHW the transposed inputs."),
     opset: Optional[int] = typer.Option(None, "--opset", help="Raise the model's ai.onnx opset to "
                                         "this first (onnx version converter)."),
     model_warmup: Optional[bool] = typer.Option(None, "--warmup/--no-warmup",
@@ -196,7 +200,7 @@ def convert(
                                   passes=[p.strip() for p in passes.split(",") if p.strip()] if passes else None,
                                   disabled_passes=set(disable_pass or ()), verify_each=verify_each,
                                   accuracy_budget=parse_budget(accuracy_budget),
-                                  accuracy_samples=accuracy_samples, opset=opset,
+                                  accuracy_samples=accuracy_samples, opset=opset, layout=layout,
                                   fold_size_limit=None if fold_size_limit is None else int(fold_size_limit * 2**20),
                                   calibration_data=str(calibration_data) if calibration_data else None)
         if fold_size_limit is not None and not fold_size_limit >= 0:
@@ -354,12 +358,15 @@ def serve(
 @app.command()
 def inspect(
     file: Path = typer.Argument(..., help="An ONNX (.onnx) or MCP-IR (.mcpir) file."),
+    values: bool = typer.Option(False, "--values", help="Also list every node output's shape."),
     json_out: bool = JsonOpt,
     debug: bool = DebugOpt,
 ) -> None:
-    """Show a model's inputs/outputs (symbolic dims, layout), ops, weights and opsets."""
+    """Show a model's inputs/outputs with their shape contracts (symbolic dims and expressions
+    such as (H - 1) // 32 + 1, from symbolic shape inference), layout, ops, weights and opsets;
+    the dims inference had to assume equal, and any that conflict."""
     rep = Reporter(json_mode=json_out)
-    _run(rep, debug, lambda: rep.summary(api.inspect(file), str(file)))
+    _run(rep, debug, lambda: rep.summary(api.inspect(file, values=values), str(file)))
 
 
 def _connection(url: str, protocol: str, ssl: bool, root_cert: Optional[Path], client_cert: Optional[Path],

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from .errors import UsageError
 from .passes import PASSES, Pass, PassContext, PassManager, Repeat
+from .passes.layout import LayoutNhwcPass
 from .passes.normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
                                DeadCodeEliminationPass, DeduplicateWeightsPass, FoldBatchNormPass,
                                FoldConstantsPass, FoldConvAffinePass, FuseHardSwishPass,
                                IdentityEliminationPass, MatMulAddToGemmPass, SimplifyReshapePass)
 from .passes.quantize import QuantizeFp8Pass, QuantizeInt4Pass, QuantizeOptions, required_opset
 from .passes.rewrite import UpgradeOpsetPass
+from .passes.shapes import SymbolicShapesPass
 
 
 def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # noqa: ANN001
-                     opset: int | None = None) -> list[Pass | Repeat]:
-    """Normalization, the opset upgrade (--opset, or what quantization needs), quantization,
-    then the target's own rewrite rules."""
+                     opset: int | None = None, layout: str = "nchw") -> list[Pass | Repeat]:
+    """Normalization, the NHWC interface (--layout nhwc), the opset upgrade (--opset, or what
+    quantization needs), quantization, then the target's own rewrite rules and shape inference."""
     steps: list[Pass | Repeat] = [
         ConstantToInitializerPass(),
         Repeat([FoldConstantsPass(), IdentityEliminationPass(), CommonSubexpressionEliminationPass(),
@@ -24,6 +26,8 @@ def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # no
         FoldBatchNormPass(), FoldConvAffinePass(), FuseHardSwishPass(), MatMulAddToGemmPass(),
         DeadCodeEliminationPass(),
     ]
+    if layout == "nhwc":
+        steps += [LayoutNhwcPass(), DeadCodeEliminationPass()]
     # identical weights become one, and then nodes that only differed by them merge
     after = [DeduplicateWeightsPass(), CommonSubexpressionEliminationPass(), DeadCodeEliminationPass()]
     if quantize is None:
@@ -36,6 +40,8 @@ def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # no
         steps += [QuantizeInt4Pass() if quantize.mode == "int4" else QuantizeFp8Pass(), *after]
     if target is not None:
         steps += target.legalize_passes()
+    # last: every value's shape contract, over the final graph (decides the Triton dims)
+    steps.append(SymbolicShapesPass())
     return steps
 
 
@@ -51,12 +57,14 @@ def named_pipeline(names: list[str]) -> list[Pass | Repeat]:
 def build(target=None, passes: list[str] | None = None, disabled: set[str] | None = None,  # noqa: ANN001
           verify_each: bool = False, quantize: QuantizeOptions | None = None,
           calibration: list[dict] | None = None, opset: int | None = None,
-          fold_size_limit: int | None = None) -> PassManager:
+          fold_size_limit: int | None = None, layout: str = "nchw") -> PassManager:
     disabled = set(disabled or ())
     unknown = sorted(disabled - set(PASSES))
     if unknown:
         raise UsageError(f"--disable-pass: unknown pass {', '.join(map(repr, unknown))}")
-    steps = named_pipeline(passes) if passes else default_pipeline(target, quantize, opset)
+    if passes and layout == "nhwc" and "layout-nhwc" not in passes:
+        raise UsageError("--layout nhwc with --passes: put layout-nhwc in the --passes list")
+    steps = named_pipeline(passes) if passes else default_pipeline(target, quantize, opset, layout)
     ctx = PassContext(verify_each=verify_each, disabled=disabled, target=target,
                       quantize=quantize, calibration=calibration, min_opset=opset)
     if fold_size_limit is not None:

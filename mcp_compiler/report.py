@@ -200,6 +200,19 @@ class Reporter:
                                    markup=False)
         ops = ", ".join(f"{k} {n}" for k, n in s.op_histogram.items())
         self.out.print(f"ops: {ops}", markup=False)
+        for title, lines in (("shape conflicts", s.shape_conflicts),
+                             ("shape assumptions (dims the ops need equal)", s.shape_assumptions)):
+            if lines:
+                self.out.print(f"{title}:", markup=False)
+                for line in lines:
+                    self.out.print(f"  {line}", markup=False)
+        if s.no_shape_rule:
+            self.out.print("ops without a shape rule (declared dims kept): "
+                           + ", ".join(f"{k} {n}" for k, n in s.no_shape_rule.items()), markup=False)
+        if s.values is not None:
+            self.out.print("values:", markup=False)
+            for v in s.values:
+                self.out.print(f"  {v.name}: {v.dtype or v.type} {_shape(v.shape)}", markup=False)
 
 
 def _shape(shape: list | None) -> str:

@@ -35,6 +35,11 @@ class ModelSummary:
     symbols: list[str]
     functions: list[str] = field(default_factory=list)
     subgraphs: int = 0
+    # symbolic shape inference (inspect runs it): what it had to assume and what contradicts
+    shape_assumptions: list[str] = field(default_factory=list)
+    shape_conflicts: list[str] = field(default_factory=list)
+    no_shape_rule: dict[str, int] = field(default_factory=dict)
+    values: list[ValueSummary] | None = None   # every value's shape (inspect --values)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,7 +55,7 @@ def _value(v: Value) -> ValueSummary:
     return s
 
 
-def summarize(model: Model, fmt: str) -> ModelSummary:
+def summarize(model: Model, fmt: str, values: bool = False) -> ModelSummary:
     hist: Counter[str] = Counter()
     nodes = 0
     for n in model.graph.walk():
@@ -77,4 +82,5 @@ def summarize(model: Model, fmt: str) -> ModelSummary:
         nodes=nodes, op_histogram=dict(hist.most_common()), weights=count,
         weight_bytes=sum(by_dtype.values()), weight_bytes_by_dtype=dict(by_dtype.most_common()),
         symbols=list(symbols), functions=[f"{f.domain}.{f.name}" for f in model.functions],
-        subgraphs=subgraphs)
+        subgraphs=subgraphs,
+        values=[_value(o) for n in model.graph.nodes for o in n.outputs if o.name] if values else None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import os
 import sys
 from dataclasses import asdict, dataclass, field
@@ -38,6 +39,7 @@ class VerifyReport:
     outputs: list[OutputCheck] = field(default_factory=list)
     quantization_level: str = "none"
     reference: str = "onnxruntime"     # what ran the original
+    layouts: dict[str, str] = field(default_factory=dict)   # interface values not in the original's layout
 
     @property
     def ok(self) -> bool:
@@ -150,6 +152,9 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     report = VerifyReport(str(model_dir), backend, samples, dims, rtol, atol, reference=reference)
     if "quantization_level" in cfg.parameters:
         report.quantization_level = cfg.parameters["quantization_level"].string_value
+    # the interface's layout contract: NHWC values are the NCHW original's, transposed
+    layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
+    report.layouts = layouts
     stats: dict[str, list] = {}
     for _ in range(samples):
         feeds = random_inputs(model, dims, rng)
@@ -159,8 +164,11 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
             raise UsageError(f"the original model fails on the random inputs "
                              f"({ {k: list(v.shape) for k, v in feeds.items()} }): "
                              f"{str(e).splitlines()[0]}; give symbol sizes with --dims") from None
-        got = run(feeds)
+        got = run({k: np.ascontiguousarray(v.transpose(0, 2, 3, 1)) if layouts.get(k) == "NHWC" else v
+                   for k, v in feeds.items()})
         for o, a, b in zip(original.get_outputs(), want, got):
+            if layouts.get(o.name) == "NHWC":
+                b = np.asarray(b).transpose(0, 3, 1, 2)
             stats.setdefault(o.name, []).append(_compare(a, b, rtol, atol))
     for name, rows in stats.items():
         report.outputs.append(OutputCheck(

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from ._infra import (Pass, PassContext, PassError, PassManager, PassRecord, PassResult,
                      PipelineError, Property, Repeat)
+from .layout import LayoutNhwcPass
 from .normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
                         DeadCodeEliminationPass, DeduplicateWeightsPass, FoldConstantsPass,
                         FoldBatchNormPass, FoldConvAffinePass, FuseHardSwishPass,
                         IdentityEliminationPass, MatMulAddToGemmPass, SimplifyReshapePass)
 from .quantize import QuantizeFp8Pass, QuantizeInt4Pass
 from .rewrite import LegalizePass, UpgradeOpsetPass
+from .shapes import SymbolicShapesPass
 
 
 def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
@@ -28,7 +30,7 @@ PASSES: dict[str, type[Pass]] = _table(
     ConstantToInitializerPass, FoldConstantsPass, IdentityEliminationPass, CommonSubexpressionEliminationPass,
     DeadCodeEliminationPass, SimplifyReshapePass, FoldBatchNormPass, FoldConvAffinePass, FuseHardSwishPass,
     MatMulAddToGemmPass, DeduplicateWeightsPass, UpgradeOpsetPass, QuantizeInt4Pass, QuantizeFp8Pass,
-    LegalizePass,
+    LegalizePass, SymbolicShapesPass, LayoutNhwcPass,
 )
 
 __all__ = ["PASSES", "Pass", "PassContext", "PassError", "PassManager", "PassRecord", "PassResult",

@@ -19,6 +19,8 @@ class Property(enum.Enum):
     NO_CONSTANT_NODES = "no-constant-nodes"
     NO_DEAD_CODE = "no-dead-code"
     TARGET_LEGAL = "target-legal"
+    SHAPES_INFERRED = "shapes-inferred"
+    LAYOUT_NHWC = "layout-nhwc"
 
 
 class PassError(McpError):
@@ -44,6 +46,7 @@ class PassResult:
     modified: bool
     stats: Mapping[str, Any] = field(default_factory=dict)
     details: Sequence[Mapping[str, Any]] = ()   # per-node records (e.g. what quantization did to each)
+    warnings: Sequence[str] = ()                # for the user: the conversion report's warnings
 
 
 @dataclass
@@ -81,6 +84,7 @@ class PassRecord:
     stats: dict[str, Any]
     iteration: int = 0
     details: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def count_nodes(model: Model) -> int:
@@ -148,6 +152,6 @@ class PassManager:
             raise PassError(p.name, done, e) from e
         records.append(PassRecord(p.name, result.modified, round(time.perf_counter() - t0, 6),
                                   before, count_nodes(model), dict(result.stats), it,
-                                  [dict(d) for d in result.details]))
+                                  [dict(d) for d in result.details], list(result.warnings)))
         done.append(p.name)
         return result.modified

@@ -45,7 +45,7 @@ def _sweep(g: Graph) -> tuple[int, int]:
         del g.initializers[k]
     for k in dead_sparse:
         del g.sparse_initializers[k]
-    for name in [k for k, v in g.value_info.items() if v.producer is None and v.const is None
-                 and id(v) not in inputs]:
+    for name in [k for k, v in g.value_info.items() if v.producer is None and id(v) not in inputs
+                 and g.initializers.get(k) is not v and g.sparse_initializers.get(k) is not v]:
         del g.value_info[name]  # annotations of values that no longer exist
     return removed, len(dead) + len(dead_sparse)

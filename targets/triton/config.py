@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from mcp_compiler.errors import UnsupportedError, UsageError
-from mcp_compiler.ir import DataType, Model, TensorType, Value
+from mcp_compiler.ir import DataType, Layout, Model, TensorType, Value
 
 from .params import ServingParams
 
@@ -124,6 +125,17 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams) -> tup
         group.gpus.extend(range(p.tensor_parallel_size))
     params = {"quantization_level": p.quantization_level,
               "tensor_parallel_size": str(p.tensor_parallel_size)}
+    layouts = {v.name: Layout(v.layout).name for v in [*inputs, *outputs] if v.layout != Layout.NONE}
+    if layouts:
+        # the interface's layout contract (layout-nhwc); `mcp-cli verify` reads it
+        params["mcp_layouts"] = json.dumps(layouts, sort_keys=True)
+        for c in cfg.input:
+            if len(c.dims) != 3:   # Triton takes a format only on [C,H,W]-ranked (batched) dims
+                continue
+            if layouts.get(c.name) == "NHWC":
+                c.format = mc.ModelInput.FORMAT_NHWC
+            elif layouts.get(c.name) == "NCHW":
+                c.format = mc.ModelInput.FORMAT_NCHW
     if backend == "python":
         params["mcp_runtime"] = "model.mcpir"
         params["ort_prepack"] = "true" if p.prepack else "false"

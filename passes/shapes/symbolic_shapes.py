@@ -1,0 +1,203 @@
+"""Symbolic shape inference: every value of the main graph gets a shape over the model's symbols."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from mcp_compiler.ir import DataType, Graph, Model, Node, TensorType, Value
+from mcp_compiler.ir.dims import Dim, ShapeExpr, dim_symbols
+
+from .._infra import Pass, PassContext, PassResult, Property
+from . import algebra as A
+from .rules import SHAPE_RULES, VALUE_RULES, Facts, Shape, Site, initial_values
+
+_MALFORMED = (TypeError, ValueError, IndexError, KeyError, ZeroDivisionError, AttributeError)
+
+
+def unnamed(d: Dim) -> bool:
+    """A dim with no usable name: unknown, ONNX's `?`/-1 spellings, or onnx's own `unk__N`."""
+    return d is None or (isinstance(d, str) and (d in ("?", "-1", "") or d.startswith("unk__")))
+
+
+class SymbolicShapesPass(Pass):
+    """Propagates shapes through the main graph in node order:
+
+    - graph inputs keep their dims; unnamed ones (`?`, -1, none) get fresh symbols `<input>_d<axis>`
+    - each op's rule (passes/shapes/rules.py) computes output dims as expressions over the symbols:
+      broadcasting, MatMul/Gemm, Conv/Pool windows (`(H - 1) // 2 + 1`), Resize scales, Reshape
+      targets computed from Shape -> Gather -> Concat, Slice, Concat, Split, Pad, reductions, ...
+    - where a rule has no answer the model's own dims are kept, unnamed ones get fresh symbols
+      `<value>_d<axis>`, and the op is counted under `no_rule`
+    - conflicts (two different constants an op needs equal, or a declared constant the rule
+      contradicts; the declared one is kept) become warnings; assumptions (two symbolic dims
+      an op needs equal) are listed in the stats
+
+    Subgraphs (If/Loop/Scan bodies) and functions keep the shapes ONNX inference gave them.
+    """
+
+    name = "infer-shapes"
+    establishes = frozenset({Property.SHAPES_INFERRED})
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+        inf = Inference(model.graph, opset, taken=_symbols(model))
+        inf.run()
+        changed = inf.write()
+        facts = inf.facts
+        warnings = [f"shape conflict: {c}" for c in facts.conflicts[:10]]
+        if len(facts.conflicts) > 10:
+            warnings.append(f"shape conflict: and {len(facts.conflicts) - 10} more")
+        stats = {"values": len(inf.shapes), "fresh_symbols": inf.fresh, "conflicts": len(facts.conflicts),
+                 "conflict_list": facts.conflicts[:20],
+                 "assumptions": list(facts.assumptions)[:20], "no_rule": dict(inf.no_rule.most_common())}
+        return PassResult(model, changed > 0, stats=stats, warnings=warnings)
+
+
+def _symbols(model: Model) -> set[str]:
+    out: set[str] = set()
+    for g in model.all_graphs():
+        for v in [*g.inputs, *g.outputs, *g.value_info.values()]:
+            if isinstance(v.type, TensorType) and v.type.shape:
+                for d in v.type.shape:
+                    out.update(dim_symbols(d))
+    return out
+
+
+class Inference:
+    """Shapes (and small integer contents) of one graph's values, computed in node order."""
+
+    def __init__(self, g: Graph, opset: int, taken: set[str]) -> None:
+        self.g, self.opset, self.taken = g, opset, taken
+        self.shapes: dict[int, Shape | None] = {}
+        self.values: dict[int, tuple] = {}
+        self.facts = Facts()
+        self.fresh = 0
+        self.no_rule: Counter[str] = Counter()
+
+    def symbol(self, base: str) -> str:
+        name = "".join(c if c.isalnum() or c == "_" else "_" for c in base) or "d"
+        candidate, n = name, 1
+        while candidate in self.taken:
+            n += 1
+            candidate = f"{name}_{n}"
+        self.taken.add(candidate)
+        self.fresh += 1
+        return candidate
+
+    def _stated(self, v: Value) -> Shape | None:
+        return v.type.shape if isinstance(v.type, TensorType) else None
+
+    def run(self) -> None:
+        for v in self.g.inputs:
+            if v.const is None:
+                self.shapes[id(v)] = self.merge(v, None, free=True)
+        for v in [*self.g.initializers.values(), *self.g.sparse_initializers.values()]:
+            self.shapes[id(v)] = tuple(v.const.dims)
+            vals = initial_values(v.type, v.const) if v.name in self.g.initializers else None
+            if vals is not None:
+                self.values[id(v)] = vals
+        for n in self.g.nodes:
+            self.node(n)
+
+    def node(self, n: Node) -> None:
+        key = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+        site = Site(n, [None if v is None else self.shapes.get(id(v)) for v in n.inputs],
+                    [None if v is None else self.values.get(id(v)) for v in n.inputs], self.opset, self.facts)
+        rule = None if any(True for _ in n.subgraphs()) else SHAPE_RULES.get(key)
+        outs: list = []
+        if rule is None:
+            self.no_rule[key] += 1
+        else:
+            try:
+                outs = list(rule(site))
+            except _MALFORMED:
+                self.no_rule[key] += 1
+        for i, v in enumerate(n.outputs):
+            ours = outs[i] if i < len(outs) else None
+            self.shapes[id(v)] = self.merge(v, ours)
+        vrule = VALUE_RULES.get(key) if n.domain in ("", "ai.onnx") else None
+        if vrule is not None and n.outputs:
+            try:
+                vals = vrule(site)
+            except _MALFORMED:
+                vals = None
+            if vals is not None and len(vals) <= 64:
+                self.values[id(n.outputs[0])] = tuple(A.norm(d) for d in vals)
+
+    def merge(self, v: Value, ours: Shape | None, free: bool = False) -> Shape | None:
+        """Our dims, the value's declared ones where ours are unknown, fresh symbols for the rest."""
+        stated = self._stated(v)
+        if ours is None:
+            if stated is None:
+                return None
+            ours = (None,) * len(stated)
+        elif stated is not None and len(stated) != len(ours):
+            self.facts.conflicts.append(f"{v.name!r}: rank {len(ours)} inferred, {len(stated)} declared")
+            ours = (None,) * len(stated)
+        out = []
+        for axis, d in enumerate(ours):
+            s = stated[axis] if stated is not None else None
+            if isinstance(d, int) and isinstance(s, int) and d != s:
+                self.facts.conflicts.append(f"{v.name!r} axis {axis}: {d} inferred, {s} declared")
+                d = s
+            elif d is None or (isinstance(s, int) and not isinstance(d, int)):
+                d = s if not unnamed(s) else self.symbol(f"{v.name}_d{axis}")
+            out.append(A.norm(d))
+        return tuple(out)
+
+    def write(self) -> int:
+        """Store the shapes as the values' types; returns how many types changed."""
+        changed = 0
+        known = {id(v) for v in [*self.g.inputs, *self.g.outputs]} | set(map(id, self.g.initializers.values()))
+        for n in self.g.nodes:
+            for v in n.outputs:
+                shape = self.shapes.get(id(v))
+                if shape is None:
+                    continue
+                t = v.type if isinstance(v.type, TensorType) else _derive_type(v, n)
+                if t is None:
+                    continue
+                new = _with_shape(t, shape)
+                if new != v.type:
+                    v.type = new
+                    changed += 1
+                if id(v) not in known and v.name:
+                    self.g.value_info.setdefault(v.name, v)
+        for v in self.g.inputs:
+            shape = self.shapes.get(id(v))
+            if shape is not None and isinstance(v.type, TensorType) and v.const is None:
+                new = _with_shape(v.type, shape)
+                changed += new != v.type
+                v.type = new
+        return changed
+
+
+def _with_shape(t: TensorType, shape: Shape) -> TensorType:
+    den = t.dim_denotations if t.shape is not None and len(t.shape) == len(shape) else None
+    return TensorType(t.elem_type, tuple(shape), den, t.denotation, t.sparse)
+
+
+_BOOL_OUT = {"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Not", "And", "Or", "Xor",
+             "IsNaN", "IsInf"}
+_INT64_OUT = {"Shape", "Size", "NonZero", "ArgMax", "ArgMin"}
+
+
+def _derive_type(v: Value, n: Node) -> TensorType | None:
+    """The element type of a node output nothing declared (values new passes made)."""
+    if n.domain not in ("", "ai.onnx"):
+        elem = None
+    elif n.op_type in _BOOL_OUT:
+        elem = DataType.BOOL
+    elif n.op_type in _INT64_OUT or (n.op_type == "TopK" and v.output_index == 1):
+        elem = DataType.INT64
+    elif n.op_type == "Cast":
+        elem = DataType(n.attributes["to"].value)
+    elif n.op_type in ("QuantizeLinear", "DequantizeLinear", "ConstantOfShape", "Where"):
+        elem = None
+    else:
+        first = next((x for x in n.inputs if x is not None), None)
+        elem = first.type.elem_type if first is not None and isinstance(first.type, TensorType) else None
+    return None if elem is None else TensorType(DataType(elem))
+
+
+__all__ = ["SymbolicShapesPass", "Inference", "unnamed", "ShapeExpr"]
