@@ -7,7 +7,8 @@ from .passes import PASSES, Pass, PassContext, PassManager, Repeat
 from .passes.layout import LayoutNhwcPass
 from .passes.normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
                                DeadCodeEliminationPass, DeduplicateWeightsPass, FoldBatchNormPass,
-                               FoldConstantsPass, FoldConvAffinePass, FuseHardSwishPass,
+                               FoldConstantsPass, FoldConvAffinePass, FuseGeluPass, FuseHardSwishPass,
+                               FuseLayerNormPass,
                                IdentityEliminationPass, MatMulAddToGemmPass, SimplifyReshapePass)
 from .passes.quantize import QuantizeFp8Pass, QuantizeInt4Pass, QuantizeOptions, required_opset
 from .passes.rewrite import UpgradeOpsetPass
@@ -23,7 +24,8 @@ def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # no
         Repeat([FoldConstantsPass(), IdentityEliminationPass(), CommonSubexpressionEliminationPass(),
                 SimplifyReshapePass(), DeadCodeEliminationPass()]),
         # fusions: change values by float32 rounding only (see each pass's docstring)
-        FoldBatchNormPass(), FoldConvAffinePass(), FuseHardSwishPass(), MatMulAddToGemmPass(),
+        FoldBatchNormPass(), FoldConvAffinePass(), FuseHardSwishPass(), FuseLayerNormPass(),
+        FuseGeluPass(), MatMulAddToGemmPass(),
         DeadCodeEliminationPass(),
     ]
     if layout == "nhwc":

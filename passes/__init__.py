@@ -10,8 +10,8 @@ from ._infra import (Pass, PassContext, PassError, PassManager, PassRecord, Pass
 from .layout import LayoutNhwcPass
 from .normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
                         DeadCodeEliminationPass, DeduplicateWeightsPass, FoldConstantsPass,
-                        FoldBatchNormPass, FoldConvAffinePass, FuseHardSwishPass,
-                        IdentityEliminationPass, MatMulAddToGemmPass, SimplifyReshapePass)
+                        FoldBatchNormPass, FoldConvAffinePass, FuseGeluPass, FuseHardSwishPass,
+                        FuseLayerNormPass, IdentityEliminationPass, MatMulAddToGemmPass, SimplifyReshapePass)
 from .quantize import QuantizeFp8Pass, QuantizeInt4Pass
 from .rewrite import LegalizePass, UpgradeOpsetPass
 from .shapes import SymbolicShapesPass
@@ -29,7 +29,7 @@ def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
 PASSES: dict[str, type[Pass]] = _table(
     ConstantToInitializerPass, FoldConstantsPass, IdentityEliminationPass, CommonSubexpressionEliminationPass,
     DeadCodeEliminationPass, SimplifyReshapePass, FoldBatchNormPass, FoldConvAffinePass, FuseHardSwishPass,
-    MatMulAddToGemmPass, DeduplicateWeightsPass, UpgradeOpsetPass, QuantizeInt4Pass, QuantizeFp8Pass,
+    MatMulAddToGemmPass, FuseLayerNormPass, FuseGeluPass, DeduplicateWeightsPass, UpgradeOpsetPass, QuantizeInt4Pass, QuantizeFp8Pass,
     LegalizePass, SymbolicShapesPass, LayoutNhwcPass,
 )
 

@@ -93,3 +93,40 @@ def channel_vector(a: np.ndarray, channels: int, rank: int) -> np.ndarray | None
     if len(shape) != rank or shape[1] != channels or any(d != 1 for i, d in enumerate(shape) if i != 1):
         return None
     return a.reshape(channels)
+
+
+class Splice:
+    """Replace matched patterns of one graph by new nodes, in one pass over its node list.
+
+    `replace(nodes, new)`: the pattern's nodes (the last one makes its result) lose their edges,
+    and `new` (which produce the result values, now free) takes the last node's place.
+    """
+
+    def __init__(self, g: Graph) -> None:
+        self.g = g
+        self._new: dict[int, list[Node]] = {}
+        self._dead: set[int] = set()
+
+    def taken(self, nodes: list[Node]) -> bool:
+        """A node already in a replaced pattern (overlapping matches: the first one wins)."""
+        return any(id(n) in self._dead or id(n) in self._new for n in nodes)
+
+    def free(self, nodes: list[Node]) -> None:
+        """Drop the nodes' edges; their outputs stay, producer-less, for the new nodes."""
+        for n in nodes:
+            for i in range(len(n.inputs)):
+                n.set_input(i, None)
+            for o in n.outputs:
+                o.producer = None
+            n.outputs = [Value(f"{n.name or n.op_type}__fused")]
+            n.outputs[0].producer = n
+
+    def replace(self, nodes: list[Node], new: list[Node]) -> None:
+        self._new[id(nodes[-1])] = new
+        self._dead.update(id(n) for n in nodes[:-1])
+
+    def apply(self) -> int:
+        if self._new:
+            self.g.nodes = [m for n in self.g.nodes if id(n) not in self._dead
+                            for m in self._new.get(id(n), [n])]
+        return len(self._new)

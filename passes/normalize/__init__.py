@@ -7,12 +7,15 @@ from .dedup_weights import DeduplicateWeightsPass
 from .fold_batchnorm import FoldBatchNormPass
 from .fold_constants import FoldConstantsPass
 from .fold_conv_affine import FoldConvAffinePass
+from .fuse_gelu import FuseGeluPass
 from .fuse_hardswish import FuseHardSwishPass
+from .fuse_layernorm import FuseLayerNormPass
 from .matmul_add_to_gemm import MatMulAddToGemmPass
 from .simplify_reshape import SimplifyReshapePass
 from .identity_elimination import IdentityEliminationPass
 
 __all__ = ["CommonSubexpressionEliminationPass", "ConstantToInitializerPass",
            "DeadCodeEliminationPass", "DeduplicateWeightsPass", "FoldConstantsPass",
-           "FoldBatchNormPass", "FoldConvAffinePass", "FuseHardSwishPass", "IdentityEliminationPass",
+           "FoldBatchNormPass", "FoldConvAffinePass", "FuseGeluPass", "FuseHardSwishPass", "FuseLayerNormPass",
+           "IdentityEliminationPass",
            "MatMulAddToGemmPass", "SimplifyReshapePass"]

@@ -26,23 +26,14 @@ class FuseHardSwishPass(Pass):
         fused = {"hardswish": 0, "hardsigmoid": 0}
         for g in model.all_graphs():
             outputs = {id(v) for v in g.outputs}
-            repl: dict[int, list[Node]] = {}
-            dead: list[Node] = []
+            splice = R.Splice(g)
             for div in g.nodes:
                 m = _match(div, outputs)
-                if m is None:
+                if m is None or splice.taken(m[2]):
                     continue
                 x, inner, nodes, swish = m
                 y = div.outputs[0]
-                if any(id(n) in repl or n in dead for n in nodes):
-                    continue
-                for n in nodes:
-                    for i in range(len(n.inputs)):
-                        n.set_input(i, None)
-                    for o in n.outputs:
-                        o.producer = None
-                    n.outputs = [Value(f"{n.name or n.op_type}__fused")]
-                    n.outputs[0].producer = n
+                splice.free(nodes)
                 hs = [Attribute("alpha", AttrType.FLOAT, 1 / 6), Attribute("beta", AttrType.FLOAT, 0.5)]
                 if not swish:
                     new = [Node("HardSigmoid", [x], [y], name=div.name or y.name, attributes=hs)]
@@ -55,11 +46,8 @@ class FuseHardSwishPass(Pass):
                     new = [Node("HardSigmoid", [x], [sig], name=f"{div.name or y.name}_hardsigmoid", attributes=hs),
                            Node("Mul", [x, sig], [y], name=div.name or y.name)]
                     fused["hardswish"] += 1
-                repl[id(div)] = new
-                dead += [n for n in nodes if n is not div]
-            if repl:
-                dead_ids = {id(n) for n in dead}
-                g.nodes = [m for n in g.nodes if id(n) not in dead_ids for m in repl.get(id(n), [n])]
+                splice.replace(nodes, new)
+            splice.apply()
         return PassResult(model, any(fused.values()), fused)
 
 

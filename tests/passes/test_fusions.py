@@ -202,3 +202,63 @@ def test_fold_size_limit_flag_materializes_generated_weights(tmp_path):
                             "--fold-size-limit", "-1"])
     assert r.exit_code == 2 and "--fold-size-limit must be >= 0" in r.output
     del m
+
+
+def _layernorm_nodes(opset, square="Pow", affine=True):
+    axes = {"axes": [-1]} if opset < 18 else {}
+    ax_in = [] if opset < 18 else ["ax"]
+    nodes = [helper.make_node("ReduceMean", ["x", *ax_in], ["m"], **axes),
+             helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["p"]) if square == "Pow" else helper.make_node("Mul", ["d", "d"], ["p"]),
+             helper.make_node("ReduceMean", ["p", *ax_in], ["v"], **axes),
+             helper.make_node("Add", ["v", "eps"], ["e"]),
+             helper.make_node("Sqrt", ["e"], ["s"]),
+             helper.make_node("Div", ["d", "s"], ["n" if affine else "y"])]
+    if affine:
+        nodes += [helper.make_node("Mul", ["n", "gamma"], ["ng"]), helper.make_node("Add", ["ng", "beta"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-5, np.float32), "eps"), _init("gamma", 16), _init("beta", 16),
+             numpy_helper.from_array(np.array([-1], np.int64), "ax")]
+    return nodes, inits
+
+
+@pytest.mark.parametrize("opset,square,affine", [(17, "Pow", True), (18, "Mul", True), (17, "Pow", False)])
+def test_fuse_layernorm(tmp_path, opset, square, affine):
+    from mcp_compiler.passes.normalize import FuseLayerNormPass
+
+    nodes, inits = _layernorm_nodes(opset, square, affine)
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 5, 16])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 5, 16])], inits, opset=opset)
+    feeds = {"x": rng.standard_normal((2, 5, 16)).astype(np.float32) * 3 + 1}
+    model, r = _run(FuseLayerNormPass(), m, tmp_path, feeds)
+    assert r.modified and r.stats["fused"] == 1 and _ops(model) == ["LayerNormalization"]
+
+
+def test_layernorm_not_fused_below_opset_17(tmp_path):
+    from mcp_compiler.passes.normalize import FuseLayerNormPass
+
+    nodes, inits = _layernorm_nodes(13)
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 5, 16])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [2, 5, 16])], inits, opset=13)
+    model, r = _run(FuseLayerNormPass(), m, tmp_path, {"x": rng.standard_normal((2, 5, 16)).astype(np.float32)})
+    assert not r.modified and "opset 13" in r.stats["reason"] and len(model.graph.nodes) == 9
+
+
+@pytest.mark.parametrize("form", ["outer-half", "inner-half", "mul-rsqrt2"])
+def test_fuse_gelu(tmp_path, form):
+    from mcp_compiler.passes.normalize import FuseGeluPass
+
+    scale = (helper.make_node("Mul", ["x", "rs2"], ["a"]) if form == "mul-rsqrt2"
+             else helper.make_node("Div", ["x", "s2"], ["a"]))
+    nodes = [scale, helper.make_node("Erf", ["a"], ["e"]), helper.make_node("Add", ["e", "one"], ["b"])]
+    if form == "inner-half":
+        nodes += [helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Mul", ["h", "b"], ["y"])]
+    else:
+        nodes += [helper.make_node("Mul", ["x", "b"], ["c"]), helper.make_node("Mul", ["c", "half"], ["y"])]
+    c = lambda v, n: numpy_helper.from_array(np.array(v, np.float32), n)  # noqa: E731
+    inits = [c(np.sqrt(2), "s2"), c(1 / np.sqrt(2), "rs2"), c(1.0, "one"), c(0.5, "half")]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 8])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 8])], inits, opset=20)
+    model, r = _run(FuseGeluPass(), m, tmp_path, {"x": rng.standard_normal((4, 8)).astype(np.float32) * 3},
+                    rtol=1e-5, atol=1e-6)
+    assert r.modified and _ops(model) == ["Gelu"]
