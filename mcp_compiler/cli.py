@@ -293,7 +293,8 @@ def list_passes(json_out: bool = JsonOpt) -> None:
         rep.json(rows)
     else:
         for r in rows:
-            rep.out.print(f"{r['name']}: {r['summary']}", markup=False)
+            needs = f" (needs {', '.join(r['requires'])})" if r["requires"] else ""
+            rep.out.print(f"{r['name']}: {r['summary']}{needs}", markup=False)
 
 
 @app.command()

@@ -7,9 +7,9 @@ from .passes import PASSES, Pass, PassContext, PassManager, Repeat
 from .passes.layout import LayoutNhwcPass
 from .passes.normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
                                DeadCodeEliminationPass, DeduplicateWeightsPass, FoldBatchNormPass,
-                               FoldConstantsPass, FoldConvAffinePass, FuseGeluPass, FuseHardSwishPass,
-                               FuseLayerNormPass,
-                               IdentityEliminationPass, MatMulAddToGemmPass, SimplifyReshapePass)
+                               FoldConstantsPass, FoldConvAffinePass, FuseClipPass, FuseGeluPass,
+                               FuseHardSwishPass, FuseLayerNormPass, IdentityEliminationPass,
+                               MatMulAddToGemmPass, SimplifyReshapePass, SimplifySoftmaxPass)
 from .passes.quantize import QuantizeFp8Pass, QuantizeInt4Pass, QuantizeOptions, required_opset
 from .passes.rewrite import UpgradeOpsetPass
 from .passes.shapes import SymbolicShapesPass
@@ -17,14 +17,20 @@ from .passes.shapes import SymbolicShapesPass
 
 def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # noqa: ANN001
                      opset: int | None = None, layout: str = "nchw") -> list[Pass | Repeat]:
-    """Normalization, the NHWC interface (--layout nhwc), the opset upgrade (--opset, or what
-    quantization needs), quantization, then the target's own rewrite rules and shape inference."""
-    steps: list[Pass | Repeat] = [
+    """The opset upgrade (--opset, or what quantization needs: first, so that normalization
+    cleans up after onnx's version converter and the fusions may use the newer ops),
+    normalization, fusions, the NHWC interface (--layout nhwc), quantization, then the
+    target's own rewrite rules and shape inference."""
+    need = max(opset or 0, required_opset(quantize) if quantize else 0)
+    steps: list[Pass | Repeat] = [UpgradeOpsetPass(need)] if need else []
+    steps += [
         ConstantToInitializerPass(),
         Repeat([FoldConstantsPass(), IdentityEliminationPass(), CommonSubexpressionEliminationPass(),
                 SimplifyReshapePass(), DeadCodeEliminationPass()]),
+        SymbolicShapesPass(),   # the passes below match on shapes ONNX's inference leaves unknown
+        SimplifySoftmaxPass(),
         # fusions: change values by float32 rounding only (see each pass's docstring)
-        FoldBatchNormPass(), FoldConvAffinePass(), FuseHardSwishPass(), FuseLayerNormPass(),
+        FoldBatchNormPass(), FoldConvAffinePass(), FuseClipPass(), FuseHardSwishPass(), FuseLayerNormPass(),
         FuseGeluPass(), MatMulAddToGemmPass(),
         DeadCodeEliminationPass(),
     ]
@@ -34,10 +40,7 @@ def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # no
     after = [DeduplicateWeightsPass(), CommonSubexpressionEliminationPass(), DeadCodeEliminationPass()]
     if quantize is None:
         steps += after
-    need = max(opset or 0, required_opset(quantize) if quantize else 0)
-    if need:
-        steps.append(UpgradeOpsetPass(need))
-    if quantize is not None:
+    else:
         # weights deduplicated after quantizing: hashing the (smaller) quantized ones
         steps += [QuantizeInt4Pass() if quantize.mode == "int4" else QuantizeFp8Pass(), *after]
     if target is not None:

@@ -9,9 +9,10 @@ from ._infra import (Pass, PassContext, PassError, PassManager, PassRecord, Pass
                      PipelineError, Property, Repeat)
 from .layout import LayoutNhwcPass
 from .normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
-                        DeadCodeEliminationPass, DeduplicateWeightsPass, FoldConstantsPass,
-                        FoldBatchNormPass, FoldConvAffinePass, FuseGeluPass, FuseHardSwishPass,
-                        FuseLayerNormPass, IdentityEliminationPass, MatMulAddToGemmPass, SimplifyReshapePass)
+                        DeadCodeEliminationPass, DeduplicateWeightsPass, FoldBatchNormPass,
+                        FoldConstantsPass, FoldConvAffinePass, FuseClipPass, FuseGeluPass,
+                        FuseHardSwishPass, FuseLayerNormPass, IdentityEliminationPass,
+                        MatMulAddToGemmPass, SimplifyReshapePass, SimplifySoftmaxPass)
 from .quantize import QuantizeFp8Pass, QuantizeInt4Pass
 from .rewrite import LegalizePass, UpgradeOpsetPass
 from .shapes import SymbolicShapesPass
@@ -26,11 +27,12 @@ def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
     return table
 
 
-PASSES: dict[str, type[Pass]] = _table(
-    ConstantToInitializerPass, FoldConstantsPass, IdentityEliminationPass, CommonSubexpressionEliminationPass,
-    DeadCodeEliminationPass, SimplifyReshapePass, FoldBatchNormPass, FoldConvAffinePass, FuseHardSwishPass,
-    MatMulAddToGemmPass, FuseLayerNormPass, FuseGeluPass, DeduplicateWeightsPass, UpgradeOpsetPass, QuantizeInt4Pass, QuantizeFp8Pass,
-    LegalizePass, SymbolicShapesPass, LayoutNhwcPass,
+PASSES: dict[str, type[Pass]] = _table(   # in default-pipeline order (`mcp-cli passes` lists them so)
+    UpgradeOpsetPass, ConstantToInitializerPass, FoldConstantsPass, IdentityEliminationPass,
+    CommonSubexpressionEliminationPass, SimplifyReshapePass, DeadCodeEliminationPass, SymbolicShapesPass,
+    SimplifySoftmaxPass, FoldBatchNormPass, FoldConvAffinePass, FuseClipPass, FuseHardSwishPass,
+    FuseLayerNormPass, FuseGeluPass, MatMulAddToGemmPass, LayoutNhwcPass, DeduplicateWeightsPass,
+    QuantizeInt4Pass, QuantizeFp8Pass, LegalizePass,
 )
 
 __all__ = ["PASSES", "Pass", "PassContext", "PassError", "PassManager", "PassRecord", "PassResult",

@@ -117,8 +117,12 @@ class PassManager:
         for p in self._flat():
             missing = p.requires - props
             if missing:
+                from . import PASSES
+
+                givers = sorted({q.name for q in PASSES.values() if q.establishes & missing})
+                hint = f" (put {' or '.join(givers)} before it)" if givers else ""
                 raise PipelineError(f"pass {p.name} requires {', '.join(m.value for m in missing)}, "
-                                    "which no earlier pass establishes")
+                                    f"which no earlier pass establishes{hint}")
             if p.preserves is not None:
                 props &= set(p.preserves)
             props |= p.establishes

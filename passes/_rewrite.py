@@ -130,3 +130,22 @@ class Splice:
             self.g.nodes = [m for n in self.g.nodes if id(n) not in self._dead
                             for m in self._new.get(id(n), [n])]
         return len(self._new)
+
+
+def clip_bounds(n: Node) -> tuple[float, float] | None:
+    """(min, max) of a Clip whose bounds are constants (attributes before opset 11, inputs
+    since; an omitted bound is -inf/+inf), else None."""
+    if "min" in n.attributes or "max" in n.attributes or len(n.inputs) == 1:
+        lo, hi = n.attributes.get("min"), n.attributes.get("max")
+        return (lo.value if lo else -np.inf, hi.value if hi else np.inf)
+    bounds = []
+    for i, default in ((1, -np.inf), (2, np.inf)):
+        v = n.inputs[i] if len(n.inputs) > i else None
+        if v is None:
+            bounds.append(default)
+            continue
+        a = const(v)
+        if a is None or a.size != 1:
+            return None
+        bounds.append(float(a.reshape(-1)[0]))
+    return bounds[0], bounds[1]

@@ -7,15 +7,16 @@ from .dedup_weights import DeduplicateWeightsPass
 from .fold_batchnorm import FoldBatchNormPass
 from .fold_constants import FoldConstantsPass
 from .fold_conv_affine import FoldConvAffinePass
+from .fuse_clip import FuseClipPass
 from .fuse_gelu import FuseGeluPass
 from .fuse_hardswish import FuseHardSwishPass
 from .fuse_layernorm import FuseLayerNormPass
 from .matmul_add_to_gemm import MatMulAddToGemmPass
 from .simplify_reshape import SimplifyReshapePass
+from .simplify_softmax import SimplifySoftmaxPass
 from .identity_elimination import IdentityEliminationPass
 
-__all__ = ["CommonSubexpressionEliminationPass", "ConstantToInitializerPass",
-           "DeadCodeEliminationPass", "DeduplicateWeightsPass", "FoldConstantsPass",
-           "FoldBatchNormPass", "FoldConvAffinePass", "FuseGeluPass", "FuseHardSwishPass", "FuseLayerNormPass",
-           "IdentityEliminationPass",
-           "MatMulAddToGemmPass", "SimplifyReshapePass"]
+__all__ = ["CommonSubexpressionEliminationPass", "ConstantToInitializerPass", "DeadCodeEliminationPass",
+           "DeduplicateWeightsPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConvAffinePass",
+           "FuseClipPass", "FuseGeluPass", "FuseHardSwishPass", "FuseLayerNormPass",
+           "IdentityEliminationPass", "MatMulAddToGemmPass", "SimplifyReshapePass", "SimplifySoftmaxPass"]

@@ -2,21 +2,75 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
 
 from .. import _rewrite as R
 from .._infra import Pass, PassContext, PassResult
+from .._pattern import Const, Match, Op, Or, Pattern, Var, match
+
+
+def _bounds(lo: float, hi: float) -> Callable[[Node], bool]:
+    return lambda n: R.clip_bounds(n) == (lo, hi)
+
+
+def _sixth_half(n: Node) -> bool:
+    a, b = n.attributes.get("alpha"), n.attributes.get("beta")
+    return a is not None and abs(a.value - 1 / 6) < 1e-7 and b is not None and abs(b.value - 0.5) < 1e-7
+
+
+X = Var("x", where=R.is_float32)
+RELU6_X3 = Op("Clip", Op("Add", X, Const(3.0)), where=_bounds(0.0, 6.0), more_inputs=True)   # Clip(x + 3, 0, 6)
+HARD_SIGMOID = Or(Op("Div", RELU6_X3, Const(6.0)), Op("Mul", RELU6_X3, Const(1 / 6)))
+HARD_SWISH = Or(Op("Div", Op("Mul", X, RELU6_X3), Const(6.0)), Op("Mul", Op("Mul", X, RELU6_X3), Const(1 / 6)),
+                Op("Mul", X, HARD_SIGMOID))
+# Clip(x * a + b, 0, 1), or with x / k for x * a
+AFFINE = Op("Add", Or(Op("Mul", X, Const(name="a")), Op("Div", X, Const(name="k"))), Const(name="b"))
+CLIP_01 = Op("Clip", AFFINE, where=_bounds(0.0, 1.0), more_inputs=True)
+X_HARD_SIGMOID = Op("Mul", X, Op("HardSigmoid", X, where=_sixth_half))
+
+
+def _hardsigmoid(x: Value, y: Value, name: str, alpha: float = 1 / 6, beta: float = 0.5) -> Node:
+    return Node("HardSigmoid", [x], [y], name=name, attributes=[Attribute("alpha", AttrType.FLOAT, alpha),
+                                                               Attribute("beta", AttrType.FLOAT, beta)])
+
+
+def _hardswish(m: Match, y: Value, name: str, opset: int) -> list[Node]:
+    x = m["x"]
+    if opset >= 14:
+        return [Node("HardSwish", [x], [y], name=name)]
+    sig = Value(f"{y.name}__hardsigmoid", y.type)
+    return [_hardsigmoid(x, sig, f"{name}_hardsigmoid"), Node("Mul", [x, sig], [y], name=name)]
+
+
+def _affine_hardsigmoid(m: Match, y: Value, name: str, opset: int) -> list[Node]:
+    alpha = m.scalar("a") if "a" in m.bound else 1 / m.scalar("k")
+    return [_hardsigmoid(m["x"], y, name, alpha, m.scalar("b"))]
+
+
+# name, pattern, replacement(match, result value, node name, opset), least opset
+Rule = tuple[str, Pattern, Callable[[Match, Value, str, int], list[Node]], int]
+ROUNDS: tuple[tuple[Rule, ...], ...] = (
+    (("hardswish", HARD_SWISH, _hardswish, 1),
+     ("hardsigmoid", HARD_SIGMOID, lambda m, y, name, _: [_hardsigmoid(m["x"], y, name)], 1),
+     ("hardsigmoid", CLIP_01, _affine_hardsigmoid, 1)),
+    # second round: what the first made, and what the exporter wrote, at opsets with HardSwish
+    (("hardswish", X_HARD_SIGMOID, _hardswish, 14),),
+)
 
 
 class FuseHardSwishPass(Pass):
-    """Rules (x float32; the constants scalars; intermediate values used only in the pattern):
+    """Rules (x float32; constants with one element; intermediates used only in the pattern;
+    operands of Add/Mul in either order):
 
-    - Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6) -> HardSwish(x)              (opset >= 14)
-    -                                       -> Mul(x, HardSigmoid(x, 1/6, 0.5))   (older opsets)
-    - Div(Clip(Add(x, 3), 0, 6), 6) -> HardSigmoid(x, alpha=1/6, beta=0.5)
-    Mul by 1/6 instead of Div by 6, and either operand order of Add/Mul, match too.
-    HardSigmoid computes max(0, min(1, x/6 + 0.5)): the same function, rounded differently in
-    the last bit (tests: rtol 1e-5, atol 1e-6).
+    - x * Clip(x + 3, 0, 6) / 6 -> HardSwish(x)                          (opset >= 14)
+    -                           -> Mul(x, HardSigmoid(x, 1/6, 0.5))      (older opsets)
+    - Clip(x + 3, 0, 6) / 6     -> HardSigmoid(x, alpha=1/6, beta=0.5)
+    - Clip(x * a + b, 0, 1)     -> HardSigmoid(x, alpha=a, beta=b)       (x / k: alpha = 1/k)
+    - x * HardSigmoid(x, 1/6, 0.5) -> HardSwish(x)                       (opset >= 14)
+    Mul by 1/6 for Div by 6 matches too. HardSigmoid computes max(0, min(1, alpha*x + beta)):
+    the same function, rounded differently in the last bit (tests: rtol 1e-5, atol 1e-6).
     """
 
     name = "fuse-hardswish"
@@ -24,77 +78,20 @@ class FuseHardSwishPass(Pass):
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
         fused = {"hardswish": 0, "hardsigmoid": 0}
-        for g in model.all_graphs():
-            outputs = {id(v) for v in g.outputs}
-            splice = R.Splice(g)
-            for div in g.nodes:
-                m = _match(div, outputs)
-                if m is None or splice.taken(m[2]):
-                    continue
-                x, inner, nodes, swish = m
-                y = div.outputs[0]
-                splice.free(nodes)
-                hs = [Attribute("alpha", AttrType.FLOAT, 1 / 6), Attribute("beta", AttrType.FLOAT, 0.5)]
-                if not swish:
-                    new = [Node("HardSigmoid", [x], [y], name=div.name or y.name, attributes=hs)]
-                    fused["hardsigmoid"] += 1
-                elif opset >= 14:
-                    new = [Node("HardSwish", [x], [y], name=div.name or y.name)]
-                    fused["hardswish"] += 1
-                else:
-                    sig = Value(f"{y.name}__hardsigmoid", inner.type)
-                    new = [Node("HardSigmoid", [x], [sig], name=f"{div.name or y.name}_hardsigmoid", attributes=hs),
-                           Node("Mul", [x, sig], [y], name=div.name or y.name)]
-                    fused["hardswish"] += 1
-                splice.replace(nodes, new)
-            splice.apply()
+        for rules in ROUNDS:
+            rules = tuple(r for r in rules if opset >= r[3])
+            for g in model.all_graphs():
+                outputs = {id(v) for v in g.outputs}
+                splice = R.Splice(g)
+                for root in reversed(g.nodes):   # outer patterns first: x * (Clip(..) / 6) is one
+                    for kind, pattern, replacement, _ in rules:
+                        m = match(pattern, root, outputs)
+                        if m is None or splice.taken(m.nodes) or not m.broadcasts_like(m["x"]):
+                            continue
+                        y = root.outputs[0]
+                        splice.free(m.nodes)
+                        splice.replace(m.nodes, replacement(m, y, root.name or y.name, opset))
+                        fused[kind] += 1
+                        break
+                splice.apply()
         return PassResult(model, any(fused.values()), fused)
-
-
-def _match(div: Node, outputs: set[int]):  # noqa: ANN202
-    """(x, the Clip output, the pattern's nodes, is hard-swish) when `div` ends the pattern."""
-    if div.domain not in ("", "ai.onnx") or len(div.inputs) != 2:
-        return None
-    if div.op_type == "Div" and R.scalar(div.inputs[1]) == 6.0:
-        top = div.inputs[0]
-    elif div.op_type == "Mul" and _is_sixth(R.scalar(div.inputs[1])):
-        top = div.inputs[0]
-    elif div.op_type == "Mul" and _is_sixth(R.scalar(div.inputs[0])):
-        top = div.inputs[1]
-    else:
-        return None
-    if R.only_use(top, outputs) is not div:
-        return None
-    mul = R.producer(top, "Mul")
-    clip = R.producer(top, "Clip")
-    swish = False
-    x_outer = None
-    if mul is not None:
-        a, b = mul.inputs
-        clip = R.producer(b, "Clip") or R.producer(a, "Clip")
-        if clip is None:
-            return None
-        x_outer = a if clip.outputs[0] is b else b
-        if R.only_use(clip.outputs[0], outputs) is not mul:
-            return None
-        swish = True
-    if clip is None or len(clip.inputs) != 3 or R.scalar(clip.inputs[1]) != 0.0 or R.scalar(clip.inputs[2]) != 6.0:
-        return None
-    add = R.producer(clip.inputs[0], "Add")
-    if add is None or R.only_use(add.outputs[0], outputs) is not clip:
-        return None
-    a, b = add.inputs
-    if R.scalar(b) == 3.0:
-        x = a
-    elif R.scalar(a) == 3.0:
-        x = b
-    else:
-        return None
-    if not R.is_float32(x) or (swish and x_outer is not x):
-        return None
-    nodes = [add, clip] + ([mul] if swish else []) + [div]
-    return x, clip.outputs[0], nodes, swish
-
-
-def _is_sixth(v: float | None) -> bool:
-    return v is not None and abs(v - 1 / 6) < 1e-7

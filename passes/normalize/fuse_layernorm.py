@@ -1,130 +1,127 @@
-"""Fuse the exported layer-norm arithmetic into LayerNormalization (opset 17+)."""
+"""Fuse the exported layer-norm and RMS-norm arithmetic into LayerNormalization / RMSNormalization."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import Attribute, AttrType, Model, Node, TensorType
+from mcp_compiler.ir import Attribute, AttrType, Model, Node, TensorType, Value
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult
+from .._infra import Pass, PassContext, PassResult, Property
+from .._pattern import Const, Match, Op, Or, Var, match
+
+
+def _last_dim_static(v: Value) -> bool:
+    t = v.type
+    return (R.is_float32(v) and isinstance(t, TensorType) and bool(t.shape)
+            and isinstance(t.shape[-1], int))
+
+
+def _over_last_axis(n: Node) -> bool:
+    """ReduceMean over the last axis only, keeping dims (axes as attribute, or input at 18+)."""
+    keep = n.attributes.get("keepdims")
+    if keep is not None and keep.value != 1:
+        return False
+    if len(n.inputs) > 1 and n.inputs[1] is not None:
+        a = R.const(n.inputs[1])
+        axes = None if a is None else [int(i) for i in a.reshape(-1)]
+    else:
+        attr = n.attributes.get("axes")
+        axes = None if attr is None else list(attr.value)
+    rank = len(n.inputs[0].type.shape) if isinstance(n.inputs[0].type, TensorType) else -1
+    return axes is not None and len(axes) == 1 and axes[0] in (-1, rank - 1)
+
+
+def _mean(of: Op | Or | Var) -> Op:
+    return Op("ReduceMean", of, where=_over_last_axis, more_inputs=True)
+
+
+def _square(v: Op | Var) -> Or:
+    return Or(Op("Pow", v, Const(2.0)), Op("Mul", v, v))
+
+
+def _over(num: Op | Var, root: Op) -> Or:
+    """num / root, or num * Reciprocal(root)."""
+    return Or(Op("Div", num, root), Op("Mul", num, Op("Reciprocal", root)))
+
+
+X = Var("x", where=_last_dim_static)
+D = Op("Sub", X, _mean(X), name="d")        # named: the same node in both places below
+LAYERNORM = _over(D, Op("Sqrt", Op("Add", _mean(_square(D)), Const(name="eps"))))
+RMSNORM = _over(X, Op("Sqrt", Op("Add", _mean(_square(X)), Const(name="eps"))))
+#        op, pattern, opset that has the op, its trailing affine ops
+RULES = (("LayerNormalization", LAYERNORM, 17, ("Mul", "Add")),
+         ("RMSNormalization", RMSNORM, 23, ("Mul",)))
 
 
 class FuseLayerNormPass(Pass):
-    """Rule (x float32 with a static last dim C; the intermediates used only in the pattern):
+    """Rules (x float32 with a static last dim C; the intermediates used only in the pattern;
+    means over the last axis with keepdims; eps a constant with one element):
 
-        d = Sub(x, ReduceMean(x, axes=[-1]))
-        Div(d, Sqrt(Add(ReduceMean(Pow(d, 2) or Mul(d, d), axes=[-1]), eps)))
-          [-> Mul(., gamma)] [-> Add(., beta)]     gamma, beta float32 constants of shape [C]
-        -> LayerNormalization(x, gamma or ones[C], beta, axis=-1, epsilon=eps)
+        d = x - ReduceMean(x)
+        d / Sqrt(ReduceMean(d^2) + eps) [* gamma] [+ beta]  -> LayerNormalization(x, gamma or 1, beta,
+                                                               axis=-1, epsilon=eps)    (opset 17+)
+        x / Sqrt(ReduceMean(x^2) + eps) [* gamma]           -> RMSNormalization(x, gamma or 1,
+                                                               axis=-1, epsilon=eps)    (opset 23+)
 
-    Only where the model's opset has LayerNormalization (17+). The fused kernel computes the
-    same mean and variance in float32 in another order (tests: rtol 1e-4, atol 1e-5).
+    with Pow(v, 2) or v * v for v^2, and a * Reciprocal(b) for a / b; gamma and beta float32
+    constants of shape [C]. Where the model's opset lacks the op (--opset raises it) the rule
+    is left out. The fused kernels compute the same mean and variance in float32 in another
+    order (tests: rtol 1e-4, atol 1e-5).
     """
 
     name = "fuse-layernorm"
+    requires = frozenset({Property.SHAPES_INFERRED})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
-        if opset < 17:
-            return PassResult(model, False, {"fused": 0, "reason": f"opset {opset} < 17"})
-        fused = 0
+        rules = [r for r in RULES if opset >= r[2]]
+        if not rules:
+            return PassResult(model, False, {"fused": 0, "reason": f"opset {opset} < 17 (--opset 17 enables it)"})
+        fused = {op: 0 for op, *_ in rules}
         for g in model.all_graphs():
             outputs = {id(v) for v in g.outputs}
             names = R.value_names(g)
             splice = R.Splice(g)
-            for div in g.nodes:
-                m = _match(div, outputs, opset)
-                if m is None or splice.taken(m[3]):
+            for root in g.nodes:
+                if root.op_type not in ("Div", "Mul"):
                     continue
-                x, eps, c, nodes = m
-                gamma, beta, nodes = _affine(nodes, outputs, c)
-                y = nodes[-1].outputs[0]
-                if gamma is None:
-                    gamma = R.new_constant(g, names, f"{y.name}_scale", np.ones(c, np.float32))
-                splice.free(nodes)
-                splice.replace(nodes, [Node("LayerNormalization", [x, gamma] + ([beta] if beta else []), [y],
-                                            name=nodes[-1].name or y.name,
-                                            attributes=[Attribute("axis", AttrType.INT, -1),
-                                                        Attribute("epsilon", AttrType.FLOAT, eps)])])
-            fused += splice.apply()
-        return PassResult(model, fused > 0, {"fused": fused})
+                for op, pattern, _, affine in rules:
+                    m = match(pattern, root, outputs)
+                    if m is None or splice.taken(m.nodes) or not m.broadcasts_like(m["x"]):
+                        continue
+                    x, c = m["x"], m["x"].type.shape[-1]
+                    params, nodes = _affine(m, outputs, c, affine)
+                    if splice.taken(nodes):
+                        continue
+                    y = nodes[-1].outputs[0]
+                    if "Mul" not in params:
+                        params["Mul"] = R.new_constant(g, names, f"{y.name}_scale", np.ones(c, np.float32))
+                    inputs = [x, params["Mul"]] + ([params["Add"]] if "Add" in params else [])
+                    splice.free(nodes)
+                    splice.replace(nodes, [Node(op, inputs, [y], name=nodes[-1].name or y.name,
+                                                attributes=[Attribute("axis", AttrType.INT, -1),
+                                                            Attribute("epsilon", AttrType.FLOAT, m.scalar("eps"))])])
+                    fused[op] += 1
+                    break
+            splice.apply()
+        return PassResult(model, any(fused.values()), {"fused": sum(fused.values()), **fused})
 
 
-def _reduce_last_axis(n: Node | None, opset: int, rank: int) -> bool:
-    if n is None or n.attributes.get("keepdims") is not None and n.attributes["keepdims"].value != 1:
-        return False
-    if opset >= 18:
-        axes = R.const(n.inputs[1]) if len(n.inputs) > 1 else None
-        axes = None if axes is None else [int(a) for a in axes.reshape(-1)]
-    else:
-        a = n.attributes.get("axes")
-        axes = None if a is None else list(a.value)
-    return axes is not None and len(axes) == 1 and axes[0] in (-1, rank - 1)
-
-
-def _match(div: Node, outputs: set[int], opset: int):  # noqa: ANN202
-    """(x, epsilon, C, pattern nodes ending with div) when div ends a layer norm."""
-    if div.op_type != "Div" or div.domain not in ("", "ai.onnx"):
-        return None
-    d, s = div.inputs
-    sub, sqrt = R.producer(d, "Sub"), R.producer(s, "Sqrt")
-    if sub is None or sqrt is None or R.only_use(s, outputs) is not div:
-        return None
-    x, mean = sub.inputs
-    t = x.type if x is not None else None
-    if not R.is_float32(x) or not isinstance(t, TensorType) or not t.shape or not isinstance(t.shape[-1], int):
-        return None
-    rank, c = len(t.shape), t.shape[-1]
-    rm1 = R.producer(mean, "ReduceMean")
-    if rm1 is None or rm1.inputs[0] is not x or not _reduce_last_axis(rm1, opset, rank) \
-            or R.only_use(mean, outputs) is not sub:
-        return None
-    add = R.producer(sqrt.inputs[0], "Add")
-    if add is None or R.only_use(add.outputs[0], outputs) is not sqrt:
-        return None
-    var, eps_v = add.inputs
-    eps = R.scalar(eps_v)
-    if eps is None:
-        var, eps = eps_v, R.scalar(var)
-    rm2 = R.producer(var, "ReduceMean")
-    if eps is None or rm2 is None or not _reduce_last_axis(rm2, opset, rank) or R.only_use(var, outputs) is not add:
-        return None
-    sq = rm2.inputs[0].producer if rm2.inputs[0] is not None else None
-    if sq is None or R.only_use(rm2.inputs[0], outputs) is not rm2:
-        return None
-    if sq.op_type == "Pow" and sq.inputs[0] is d and R.scalar(sq.inputs[1]) == 2.0:
-        pass
-    elif sq.op_type == "Mul" and sq.inputs[0] is d and sq.inputs[1] is d:
-        pass
-    else:
-        return None
-    if id(d) in outputs or {id(n) for n, _ in d.uses} != {id(sq), id(div)}:
-        return None
-    return x, eps, c, [rm1, sub, sq, rm2, add, sqrt, div]
-
-
-def _per_channel(v, c: int):  # noqa: ANN001, ANN202 - a constant usable as scale/bias of [C]
-    a = R.const(v)
-    if a is None or a.dtype != np.float32:
-        return None
-    return a if a.shape == (c,) else None
-
-
-def _affine(nodes: list[Node], outputs: set[int], c: int):  # noqa: ANN202
-    """gamma, beta (values of shape [C], or None) and the pattern extended over Mul/Add."""
-    gamma = beta = None
-    for op in ("Mul", "Add"):
+def _affine(m: Match, outputs: set[int], c: int, ops: tuple[str, ...]) -> tuple[dict[str, Value], list[Node]]:
+    """The float32 [C] constants of the Mul (gamma) and Add (beta) that follow the norm, in
+    that order, each where present; and the pattern's nodes extended over them."""
+    params: dict[str, Value] = {}
+    nodes = list(m.nodes)
+    for op in ops:
         y = nodes[-1].outputs[0]
         nxt = R.only_use(y, outputs)
         if nxt is None or nxt.op_type != op or nxt.domain not in ("", "ai.onnx") or len(nxt.inputs) != 2:
             continue
         other = nxt.inputs[1] if nxt.inputs[0] is y else nxt.inputs[0]
-        if _per_channel(other, c) is None:
+        a = R.const(other)
+        if a is None or a.dtype != np.float32 or a.shape != (c,):
             continue
-        if op == "Mul":
-            gamma = other
-        else:
-            beta = other
-        nodes = nodes + [nxt]
-    return gamma, beta, nodes
+        params[op] = other
+        nodes.append(nxt)
+    return params, nodes

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mcp_compiler.ir import Model, Node, TensorType
+from mcp_compiler.ir import Model, Node, TensorType, Value
 
 from .._infra import Pass, PassContext, PassResult
 
@@ -16,8 +16,9 @@ class IdentityEliminationPass(Pass):
     - Cast(x, to=T) -> x when x is already of type T
     - Transpose(x, perm) -> x when perm is the identity permutation
 
-    Not applied when y is a graph output (the interface keeps its names) or x is a graph
-    input feeding a graph output directly.
+    When y is a graph output (the interface keeps its names), x's producer makes y instead and
+    x's other consumers read y; not applied when x is a graph input, a constant, a graph output
+    itself or made in an enclosing graph.
     """
 
     name = "identity-elimination"
@@ -26,6 +27,7 @@ class IdentityEliminationPass(Pass):
         removed = 0
         for g in model.all_graphs():
             outputs = {id(v) for v in g.outputs}
+            here = {id(n) for n in g.nodes}
             done = []
             for n in g.nodes:
                 if n.domain not in ("", "ai.onnx") or not n.inputs or n.inputs[0] is None:
@@ -33,12 +35,17 @@ class IdentityEliminationPass(Pass):
                 if not _is_noop(n):
                     continue
                 y, x = n.outputs[0], n.inputs[0]
-                if id(y) in outputs:
+                if any(id(o) in outputs for o in n.outputs[1:]):
                     continue
                 if y.type is not None and x.type is not None and y.type != x.type and n.op_type != "Identity":
                     continue
-                y.replace_all_uses_with(x)
-                n.detach()
+                if id(y) not in outputs:
+                    y.replace_all_uses_with(x)
+                    n.detach()
+                elif x.producer is not None and id(x.producer) in here and id(x) not in outputs:
+                    _take_over(n, x, y)
+                else:
+                    continue
                 done.append(n)
                 removed += 1
             g.remove_nodes(done)
@@ -65,3 +72,16 @@ def _is_noop(n: Node) -> bool:
         perm = n.attributes.get("perm")
         return perm is not None and list(perm.value) == list(range(len(perm.value))) and len(n.outputs) == 1
     return False
+
+
+def _take_over(n: Node, x: Value, y: Value) -> None:
+    """x's producer makes the graph output y (n's result) in x's place; n is left unlinked."""
+    n.set_input(0, None)
+    for i in range(1, len(n.inputs)):
+        n.set_input(i, None)
+    x.replace_all_uses_with(y)
+    p, i = x.producer, x.output_index
+    p.outputs[i], y.producer, y.output_index = y, p, i
+    x.producer = None
+    n.outputs = [Value(f"{y.name}__eliminated")]
+    n.outputs[0].producer = n

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mcp_compiler.ir import Model, Node, TensorType
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult
+from .._infra import Pass, PassContext, PassResult, Property
 
 
 class MatMulAddToGemmPass(Pass):
@@ -15,6 +15,7 @@ class MatMulAddToGemmPass(Pass):
     """
 
     name = "matmul-add-to-gemm"
+    requires = frozenset({Property.SHAPES_INFERRED})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         fused = 0

@@ -130,7 +130,6 @@ def test_served_quantized_models(server, name, level, backend):
     # and are close to onnxruntime on the float original.
     import tritonclient.grpc as tg
 
-    from mcp_compiler.session import create_session
     from mcp_compiler.verify import load_runtime
 
     x = np.random.default_rng(5).standard_normal((2, 128)).astype(np.float32)

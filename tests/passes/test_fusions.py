@@ -262,3 +262,208 @@ def test_fuse_gelu(tmp_path, form):
     model, r = _run(FuseGeluPass(), m, tmp_path, {"x": rng.standard_normal((4, 8)).astype(np.float32) * 3},
                     rtol=1e-5, atol=1e-6)
     assert r.modified and _ops(model) == ["Gelu"]
+
+
+def test_layernorm_reciprocal_form_and_shapes_from_inference(tmp_path):
+    # d * Reciprocal(Sqrt(...)), and x's shape unknown to ONNX (the Reshape target is computed):
+    # the pipeline's infer-shapes gives x its static last dim first
+    from mcp_compiler.passes.normalize import FuseLayerNormPass
+    from mcp_compiler.passes.shapes import SymbolicShapesPass
+
+    nodes, inits = _layernorm_nodes(17)
+    nodes[6] = helper.make_node("Reciprocal", ["s"], ["rs"])
+    nodes.insert(7, helper.make_node("Mul", ["d", "rs"], ["n"]))
+    nodes = [helper.make_node("Shape", ["x0"], ["sh"]), helper.make_node("Reshape", ["x0", "sh"], ["x"])] + nodes
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x0", TP.FLOAT, ["N", 5, 16])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 5, 16])], inits)
+    model = load_onnx(tmp_path / "m.onnx").model
+    x = next(n for n in model.graph.nodes if n.op_type == "Reshape").outputs[0]
+    x.type = None   # what ONNX's inference leaves for a Reshape to a computed shape
+    assert not FuseLayerNormPass().run(model, PassContext()).modified
+    SymbolicShapesPass().run(model, PassContext())
+    r = FuseLayerNormPass().run(model, PassContext())
+    DeadCodeEliminationPass().run(model, PassContext())
+    verify(model)
+    assert r.stats["LayerNormalization"] == 1 and _ops(model)[-1] == "LayerNormalization"
+    feeds = {"x0": rng.standard_normal((2, 5, 16)).astype(np.float32)}
+    np.testing.assert_allclose(ort_run(to_onnx(model), feeds)[0], ort_run(m, feeds)[0], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("square,affine", [("Pow", True), ("Mul", False)])
+def test_fuse_rmsnorm(tmp_path, square, affine):
+    from mcp_compiler.passes.normalize import FuseLayerNormPass
+
+    sq = (helper.make_node("Pow", ["x", "two"], ["p"]) if square == "Pow"
+          else helper.make_node("Mul", ["x", "x"], ["p"]))
+    nodes = [sq, helper.make_node("ReduceMean", ["p", "ax"], ["v"]), helper.make_node("Add", ["v", "eps"], ["e"]),
+             helper.make_node("Sqrt", ["e"], ["s"]), helper.make_node("Reciprocal", ["s"], ["r"]),
+             helper.make_node("Mul", ["x", "r"], ["n" if affine else "y"])]
+    if affine:
+        nodes.append(helper.make_node("Mul", ["gamma", "n"], ["y"]))
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "two"), numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+             _init("gamma", 16), numpy_helper.from_array(np.array([-1], np.int64), "ax")]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 5, 16])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 5, 16])], inits, opset=23)
+    m.ir_version = 11
+    onnx.save(m, tmp_path / "m.onnx")
+    model, r = _run(FuseLayerNormPass(), m, tmp_path, {"x": rng.standard_normal((2, 5, 16)).astype(np.float32) * 2})
+    assert r.stats["RMSNormalization"] == 1 and _ops(model) == ["RMSNormalization"]
+
+
+def test_layernorm_not_fused_when_the_mean_is_not_over_the_last_axis(tmp_path):
+    from mcp_compiler.passes.normalize import FuseLayerNormPass
+
+    nodes, inits = _layernorm_nodes(17)
+    for i in (0, 3):
+        nodes[i] = helper.make_node("ReduceMean", list(nodes[i].input), list(nodes[i].output), axes=[1])
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 16, 16])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [2, 16, 16])], inits)
+    model, r = _run(FuseLayerNormPass(), m, tmp_path, {"x": rng.standard_normal((2, 16, 16)).astype(np.float32)})
+    assert not r.modified and "LayerNormalization" not in _ops(model)
+
+
+@pytest.mark.parametrize("cube", ["pow", "mul"])
+def test_fuse_gelu_tanh(tmp_path, cube):
+    from mcp_compiler.passes.normalize import FuseGeluPass
+
+    c = lambda v, n: numpy_helper.from_array(np.array(v, np.float32), n)  # noqa: E731
+    x3 = ([helper.make_node("Pow", ["x", "three"], ["x3"])] if cube == "pow"
+          else [helper.make_node("Mul", ["x", "x"], ["x2"]), helper.make_node("Mul", ["x", "x2"], ["x3"])])
+    nodes = x3 + [helper.make_node("Mul", ["kappa", "x3"], ["k"]), helper.make_node("Add", ["x", "k"], ["s"]),
+                  helper.make_node("Mul", ["beta", "s"], ["i"]), helper.make_node("Tanh", ["i"], ["t"]),
+                  helper.make_node("Add", ["one", "t"], ["b"]), helper.make_node("Mul", ["x", "b"], ["xb"]),
+                  helper.make_node("Mul", ["half", "xb"], ["y"])]   # torch's export of gelu(approximate="tanh")
+    inits = [c(3.0, "three"), c(0.044715, "kappa"), c(np.sqrt(2 / np.pi), "beta"), c(1.0, "one"), c(0.5, "half")]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 8])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 8])], inits, opset=20)
+    model, r = _run(FuseGeluPass(), m, tmp_path, {"x": rng.standard_normal((4, 8)).astype(np.float32) * 3},
+                    rtol=1e-5, atol=1e-6)
+    assert r.stats["tanh"] == 1 and _ops(model) == ["Gelu"]
+    assert model.graph.nodes[0].attributes["approximate"].value == b"tanh"
+
+
+def test_gelu_not_fused_when_a_constant_adds_dims(tmp_path):
+    # 0.5 of shape [1, 1, 1] makes y rank 3 from a rank-2 x: Gelu(x) would change the shape
+    from mcp_compiler.passes.normalize import FuseGeluPass
+
+    c = lambda v, n: numpy_helper.from_array(np.array(v, np.float32), n)  # noqa: E731
+    nodes = [helper.make_node("Div", ["x", "s2"], ["a"]), helper.make_node("Erf", ["a"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["b"]), helper.make_node("Mul", ["x", "b"], ["xb"]),
+             helper.make_node("Mul", ["xb", "half"], ["y"])]
+    inits = [c(np.sqrt(2), "s2"), c(1.0, "one"), numpy_helper.from_array(np.full((1, 1, 1), 0.5, np.float32), "half")]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [4, 8])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [1, 4, 8])], inits, opset=20)
+    model, r = _run(FuseGeluPass(), m, tmp_path, {"x": rng.standard_normal((4, 8)).astype(np.float32)})
+    assert not r.modified and "Gelu" not in _ops(model)
+
+
+def test_gelu_not_fused_when_an_intermediate_is_used_elsewhere(tmp_path):
+    from mcp_compiler.passes.normalize import FuseGeluPass
+
+    c = lambda v, n: numpy_helper.from_array(np.array(v, np.float32), n)  # noqa: E731
+    nodes = [helper.make_node("Div", ["x", "s2"], ["a"]), helper.make_node("Erf", ["a"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["b"]), helper.make_node("Mul", ["x", "b"], ["xb"]),
+             helper.make_node("Mul", ["xb", "half"], ["y"]), helper.make_node("Neg", ["e"], ["z"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [4, 8])],
+              [helper.make_tensor_value_info(n, TP.FLOAT, [4, 8]) for n in ("y", "z")],
+              [c(np.sqrt(2), "s2"), c(1.0, "one"), c(0.5, "half")], opset=20)
+    model, r = _run(FuseGeluPass(), m, tmp_path, {"x": rng.standard_normal((4, 8)).astype(np.float32)})
+    assert not r.modified and len(model.graph.nodes) == 6
+
+
+def test_gelu_reason_names_the_opset_flag(tmp_path):
+    from mcp_compiler.passes.normalize import FuseGeluPass
+
+    m = _save(tmp_path, [helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", TP.FLOAT, [2])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [2])], [], opset=17)
+    model, r = _run(FuseGeluPass(), m, tmp_path, {"x": np.ones(2, np.float32)})
+    assert not r.modified and r.stats["reason"] == "opset 17 < 20 (--opset 20 enables it)"
+
+
+@pytest.mark.parametrize("form", ["mul", "div"])
+def test_fuse_affine_clip_into_hardsigmoid(tmp_path, form):
+    c = lambda v, n: numpy_helper.from_array(np.array(v, np.float32), n)  # noqa: E731
+    first = (helper.make_node("Mul", ["x", "a"], ["m"]) if form == "mul" else helper.make_node("Div", ["x", "k"], ["m"]))
+    nodes = [first, helper.make_node("Add", ["b", "m"], ["s"]), helper.make_node("Clip", ["s", "zero", "one"], ["y"])]
+    inits = [c(0.2, "a"), c(5.0, "k"), c(0.5, "b"), c(0.0, "zero"), c(1.0, "one")]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 50])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [2, 50])], inits, opset=13)
+    x = {"x": np.linspace(-5, 5, 100, dtype=np.float32).reshape(2, 50)}
+    model, r = _run(FuseHardSwishPass(), m, tmp_path, x, rtol=1e-5, atol=1e-6)
+    assert r.stats["hardsigmoid"] == 1 and _ops(model) == ["HardSigmoid"]
+    assert abs(model.graph.nodes[0].attributes["alpha"].value - 0.2) < 1e-7
+
+
+@pytest.mark.parametrize("opset,ops", [(14, ["HardSwish"]), (13, ["HardSigmoid", "Mul"])])
+def test_x_times_hardsigmoid_becomes_hardswish(tmp_path, opset, ops):
+    # what Paddle exports for hard_swish below opset 14 (PP-OCR det/rec/cls are full of it)
+    nodes = [helper.make_node("HardSigmoid", ["x"], ["h"], alpha=1 / 6, beta=0.5), helper.make_node("Mul", ["x", "h"], ["y"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 50])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [2, 50])], [], opset=opset)
+    x = {"x": np.linspace(-5, 5, 100, dtype=np.float32).reshape(2, 50)}
+    model, r = _run(FuseHardSwishPass(), m, tmp_path, x, rtol=1e-5, atol=1e-6)
+    assert r.modified == (opset >= 14) and _ops(model) == ops
+
+
+def test_hardsigmoid_with_other_constants_is_not_hardswish(tmp_path):
+    nodes = [helper.make_node("HardSigmoid", ["x"], ["h"], alpha=0.2, beta=0.5), helper.make_node("Mul", ["x", "h"], ["y"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 50])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [2, 50])], [], opset=14)
+    model, r = _run(FuseHardSwishPass(), m, tmp_path, {"x": np.linspace(-5, 5, 100, dtype=np.float32).reshape(2, 50)})
+    assert not r.modified and _ops(model) == ["HardSigmoid", "Mul"]
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_simplify_softmax_undoes_the_version_converters_coercion(tmp_path, op):
+    from mcp_compiler.passes.normalize import SimplifySoftmaxPass
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Flatten", ["x"], ["f"], axis=2),
+             helper.make_node(op, ["f"], ["o"], axis=1), helper.make_node("Reshape", ["o", "s"], ["y"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 4, 7])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 4, 7])], [], opset=13)
+    model, r = _run(SimplifySoftmaxPass(), m, tmp_path, {"x": rng.standard_normal((3, 4, 7)).astype(np.float32)},
+                    rtol=1e-6, atol=1e-7)
+    assert r.stats["simplified"] == 1 and _ops(model) == [op]
+
+
+def test_simplify_softmax_keeps_a_flatten_before_the_last_axis(tmp_path):
+    # Flatten(axis=1) of a rank-3 x: the softmax runs over axes 1 and 2 together
+    from mcp_compiler.passes.normalize import SimplifySoftmaxPass
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Flatten", ["x"], ["f"], axis=1),
+             helper.make_node("Softmax", ["f"], ["o"], axis=1), helper.make_node("Reshape", ["o", "s"], ["y"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 4, 7])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 4, 7])], [], opset=13)
+    model, r = _run(SimplifySoftmaxPass(), m, tmp_path, {"x": rng.standard_normal((3, 4, 7)).astype(np.float32)})
+    assert not r.modified and len(model.graph.nodes) == 4
+
+
+def test_opset_flag_upgrades_first_so_the_fusions_fire(tmp_path):
+    # an opset-13 layer norm with the exported GELU after it: --opset 20 gives both fused ops
+    import json
+
+    from typer.testing import CliRunner
+
+    from mcp_compiler.cli import app
+
+    nodes, inits = _layernorm_nodes(13)
+    c = lambda v, n: numpy_helper.from_array(np.array(v, np.float32), n)  # noqa: E731
+    nodes[-1] = helper.make_node("Add", ["ng", "beta"], ["ln"])
+    nodes += [helper.make_node("Div", ["ln", "s2"], ["a"]), helper.make_node("Erf", ["a"], ["er"]),
+              helper.make_node("Add", ["er", "one"], ["b"]), helper.make_node("Mul", ["ln", "b"], ["xb"]),
+              helper.make_node("Mul", ["xb", "half"], ["y"])]
+    inits += [c(np.sqrt(2), "s2"), c(1.0, "one"), c(0.5, "half")]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 5, 16])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 5, 16])], inits, opset=13)
+    runner = CliRunner()
+    r = runner.invoke(app, ["convert", "-i", str(tmp_path / "m.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
+                            "--opset", "20", "--json", "--verify", "--dims", "N=2"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["nodes"] == 2
+    from mcp_compiler.mcpir import read_mcpir
+
+    model = read_mcpir(tmp_path / "repo" / "m" / "1" / "model.mcpir")
+    assert _ops(model) == ["LayerNormalization", "Gelu"]
+    feeds = {"x": rng.standard_normal((2, 5, 16)).astype(np.float32)}
+    np.testing.assert_allclose(ort_run(to_onnx(model), feeds)[0], ort_run(m, feeds)[0], rtol=RTOL, atol=ATOL)

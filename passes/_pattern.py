@@ -1,0 +1,185 @@
+"""Patterns over the IR, so that a fusion rule reads as the algebra it replaces."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mcp_compiler.ir import Node, TensorType, Value
+
+from . import _rewrite as R
+
+# Binary ops whose operands may come in either order.
+_COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Sum", "And", "Or", "Xor", "Equal"}
+
+
+class Pattern:
+    """Base of the pattern classes: `Var`, `Const`, `Op`, `Or`."""
+
+
+@dataclass(frozen=True)
+class Var(Pattern):
+    """Any value; every occurrence of one name must be the same value."""
+
+    name: str
+    where: Callable[[Value], bool] | None = None
+
+
+@dataclass(frozen=True)
+class Const(Pattern):
+    """A constant with one element: near `value` (relative 1e-6) when given; bound as `name`."""
+
+    value: float | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Or(Pattern):
+    """The first of the alternatives that matches (later ones are tried on backtracking)."""
+
+    alternatives: tuple[Pattern, ...]
+
+    def __init__(self, *alternatives: Pattern) -> None:
+        object.__setattr__(self, "alternatives", alternatives)
+
+
+@dataclass(frozen=True)
+class Op(Pattern):
+    """A node of the ai.onnx domain whose output 0 is the value, with its inputs matching.
+
+    `name` binds the node (a second occurrence must be the same node: a value used twice in
+    the algebra); `where(node)` checks attributes; `more_inputs` allows inputs past those given
+    (ReduceMean's axes input at opset 18+). Add, Mul, Max, Min, ... try both operand orders.
+    """
+
+    op_type: str
+    inputs: tuple[Pattern, ...]
+    name: str | None = None
+    where: Callable[[Node], bool] | None = None
+    more_inputs: bool = False
+
+    def __init__(self, op_type: str, *inputs: Pattern, name: str | None = None,
+                 where: Callable[[Node], bool] | None = None, more_inputs: bool = False) -> None:
+        for k, v in (("op_type", op_type), ("inputs", inputs), ("name", name), ("where", where),
+                     ("more_inputs", more_inputs)):
+            object.__setattr__(self, k, v)
+
+
+@dataclass
+class Match:
+    """What a pattern bound: values and nodes by name, and the matched nodes (the root last)."""
+
+    bound: dict[str, Value | Node]
+    nodes: list[Node]
+    constants: list[np.ndarray] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> Value:
+        v = self.bound[name]
+        assert isinstance(v, Value), name
+        return v
+
+    def node(self, name: str) -> Node:
+        n = self.bound[name]
+        assert isinstance(n, Node), name
+        return n
+
+    def scalar(self, name: str) -> float:
+        return float(R.const(self[name]).reshape(-1)[0])
+
+    def broadcasts_like(self, x: Value) -> bool:
+        """Every matched constant broadcasts against x without adding dims, so f(x)'s shape
+        is x's: its rank is at most x's (0 when x's rank is unknown)."""
+        t = x.type
+        rank = len(t.shape) if isinstance(t, TensorType) and t.shape is not None else 0
+        return all(a.ndim <= rank for a in self.constants)
+
+
+@dataclass
+class _State:
+    bound: dict[str, Value | Node]
+    nodes: tuple[Node, ...]
+    constants: tuple[np.ndarray, ...]
+
+
+def match(pattern: Pattern, root: Node, outputs: set[int]) -> Match | None:
+    """Match `pattern` at `root` (the node making the pattern's result; `Op` or `Or` of `Op`).
+
+    Every value made inside the pattern, but for the root's, must be used only by the
+    pattern's nodes and not be a graph output (`outputs`: ids of the graph's outputs), so
+    that replacing the pattern loses nothing.
+    """
+    if not root.outputs or (isinstance(pattern, Op) and root.op_type != pattern.op_type):
+        return None
+    for s in _match(pattern, root.outputs[0], _State({}, (), ())):
+        if not s.nodes or s.nodes[0] is not root:
+            continue
+        inside = {id(n) for n in s.nodes}
+        if all(id(o) not in outputs and all(id(u) in inside for u, _ in o.uses)
+               for n in s.nodes if n is not root for o in n.outputs):
+            unique = {id(n): n for n in s.nodes if n is not root}
+            nodes = [*unique.values(), root]
+            return Match(dict(s.bound), nodes, list(s.constants))
+    return None
+
+
+def _match(p: Pattern, v: Value | None, s: _State) -> Iterator[_State]:
+    if v is None:
+        return
+    if isinstance(p, Var):
+        seen = s.bound.get(p.name)
+        if seen is v:
+            yield s
+        elif seen is None and (p.where is None or p.where(v)):
+            yield _State({**s.bound, p.name: v}, s.nodes, s.constants)
+    elif isinstance(p, Const):
+        a = R.const(v)
+        if a is None or a.size != 1:
+            return
+        if p.value is not None and not _near(float(a.reshape(-1)[0]), p.value):
+            return
+        bound = {**s.bound, p.name: v} if p.name else s.bound
+        yield _State(bound, s.nodes, s.constants + (a,))
+    elif isinstance(p, Or):
+        for alt in p.alternatives:
+            yield from _match(alt, v, s)
+    elif isinstance(p, Op):
+        yield from _match_op(p, v, s)
+    else:
+        raise TypeError(f"not a pattern: {p!r}")
+
+
+def _match_op(p: Op, v: Value, s: _State) -> Iterator[_State]:
+    n = v.producer
+    if n is None or v.output_index != 0 or n.op_type != p.op_type or n.domain not in ("", "ai.onnx"):
+        return
+    if p.name is not None and p.name in s.bound:
+        if s.bound[p.name] is n:
+            yield s
+        return
+    ins = n.inputs
+    if len(ins) < len(p.inputs) or (len(ins) > len(p.inputs) and not p.more_inputs):
+        return
+    if p.where is not None and not p.where(n):
+        return
+    bound = {**s.bound, p.name: n} if p.name else s.bound
+    start = _State(bound, s.nodes + (n,), s.constants)
+    orders = [p.inputs]
+    if p.op_type in _COMMUTATIVE and len(p.inputs) == 2 and len(ins) == 2:
+        orders.append(p.inputs[::-1])
+    for order in orders:
+        yield from _match_inputs(order, ins, 0, start)
+
+
+def _match_inputs(pats: tuple[Pattern, ...], ins: tuple[Value | None, ...], i: int,
+                  s: _State) -> Iterator[_State]:
+    if i == len(pats):
+        yield s
+        return
+    for s2 in _match(pats[i], ins[i], s):
+        yield from _match_inputs(pats, ins, i + 1, s2)
+
+
+def _near(v: float, want: float) -> bool:
+    return abs(v - want) <= 1e-6 * max(abs(want), 1e-30) or v == want

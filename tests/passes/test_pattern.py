@@ -1,0 +1,59 @@
+"""The pattern matcher the fusion rules are written in."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mcp_compiler.ir import Node, Tensor, Value
+from mcp_compiler.passes._pattern import Const, Op, Or, Var, match
+
+
+def _const(name, v):
+    return Value(name, const=Tensor.from_numpy(name, np.array(v, np.float32)))
+
+
+def _graph():
+    """y = (x * 0.5) + Neg(x); also z = Neg(x) * 2 when `shared`."""
+    x, half = Value("x"), _const("half", 0.5)
+    m = Node("Mul", [half, x], [Value("m")])
+    n = Node("Neg", [x], [Value("n")])
+    a = Node("Add", [n.outputs[0], m.outputs[0]], [Value("y")])
+    return x, m, n, a
+
+
+def test_commutative_operands_and_shared_variables():
+    x, m, n, a = _graph()
+    p = Op("Add", Op("Mul", Var("x"), Const(0.5)), Op("Neg", Var("x")))
+    got = match(p, a, outputs=set())
+    assert got is not None and got["x"] is x and got.nodes[-1] is a and {id(k) for k in got.nodes} == {id(m), id(n), id(a)}
+    assert match(Op("Add", Op("Mul", Var("x"), Const(0.25)), Op("Neg", Var("x"))), a, set()) is None
+    # the same name must be the same value
+    assert match(Op("Add", Op("Mul", Var("x"), Const(0.5)), Op("Neg", Var("other"))), a, set()) is not None
+    assert match(Op("Add", Op("Mul", Var("x"), Const(0.5)), Op("Neg", Op("Neg", Var("x")))), a, set()) is None
+
+
+def test_alternatives_and_named_nodes():
+    x, m, n, a = _graph()
+    p = Op("Add", Or(Op("Div", Var("x"), Const(2.0)), Op("Mul", Var("x"), Const(name="k"))), Op("Neg", Var("x"), name="neg"))
+    got = match(p, a, set())
+    assert got is not None and got.node("neg") is n and got.scalar("k") == 0.5
+
+
+def test_inner_values_used_outside_or_graph_outputs_refuse_the_match():
+    x, m, n, a = _graph()
+    p = Op("Add", Op("Mul", Var("x"), Const(0.5)), Op("Neg", Var("x")))
+    Node("Relu", [n.outputs[0]], [Value("z")])          # n's output now has a second use
+    assert match(p, a, set()) is None
+    x, m, n, a = _graph()
+    assert match(p, a, outputs={id(m.outputs[0])}) is None
+    assert match(p, a, outputs={id(a.outputs[0])}) is not None   # the root's own output may be one
+
+
+def test_broadcast_check_counts_constant_ranks():
+    x, m, n, a = _graph()
+    got = match(Op("Add", Op("Mul", Var("x"), Const(0.5)), Op("Neg", Var("x"))), a, set())
+    assert got.broadcasts_like(x)       # x's rank unknown: a 0-d constant adds no dims
+    x, m, n, a = _graph()
+    m.set_input(0, _const("half2", [[0.5]]))
+    got = match(Op("Add", Op("Mul", Var("x"), Const(0.5)), Op("Neg", Var("x"))), a, set())
+    assert got is not None and not got.broadcasts_like(x)   # a [1, 1] constant could add dims
