@@ -9,7 +9,8 @@ encoder (layer norm and GELU written out, opset 14), and generated graphs of con
 (Conv -> BatchNormalization -> exported hard-swish -> Identity, ~5k and ~50k nodes).
 Ours is `mcp-cli convert --target triton-v1.12` (checker, shape inference, the default
 pipeline, legalization, .mcpir and repository); peers write an optimized .onnx. Latency: batch
-1, one onnxruntime session per output, default options, median of --reps runs.
+1, one onnxruntime session per output (default optimizations, one intra-op thread), median of
+--reps runs taken in turns.
 """
 
 from __future__ import annotations
@@ -155,25 +156,40 @@ def feeds_for(name: str, path: Path) -> dict:
     return out
 
 
-def latency(path: Path, feeds: dict, reps: int) -> float:
+def session(path: Path):  # noqa: ANN201 - an onnxruntime session, default options, one thread
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    # One intra-op thread: with the default pool, each idle session's threads spin and steal the
+    # two cores from the session whose turn it is (seen here: the same model 10 ms or 18 ms).
+    so.intra_op_num_threads = 1
     if path.suffix == ".mcpir":
         from mcp_compiler.mcpir import read_mcpir
         from mcp_compiler.session import create_session
 
-        sess = create_session(read_mcpir(path), so)
-    else:
-        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    sess.run(None, feeds)
-    ts = []
+        return create_session(read_mcpir(path), so)
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def latencies(paths: dict[str, Path], feeds: dict, reps: int) -> dict[str, str]:
+    """Median ms of `reps` runs of each model, the models taking turns run by run (so that the
+    machine's noise falls on all of them alike); a model onnxruntime rejects says so."""
+    sessions, out = {}, {}
+    for k, p in paths.items():
+        try:
+            sessions[k] = session(p)
+            sessions[k].run(None, feeds)
+        except Exception as e:  # noqa: BLE001 - a peer's output onnxruntime rejects
+            out[k] = f"fails ({str(e).splitlines()[0][:40]})"
+    times: dict[str, list[float]] = {k: [] for k in sessions}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        sess.run(None, feeds)
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3
+        for k, sess in sessions.items():
+            t0 = time.perf_counter()
+            sess.run(None, feeds)
+            times[k].append(time.perf_counter() - t0)
+    out.update({k: f"{statistics.median(ts) * 1e3:.2f}" for k, ts in times.items()})
+    return out
 
 
 # The opt-in flags of the second mcp-cli column, by model: newer opsets let the fusions use
@@ -185,7 +201,7 @@ LIGHT_FLAGS = ["--fold-size-limit", "4096"]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--quick", action="store_true", help="two small models, one run; nothing written")
     args = ap.parse_args()
     runs, reps = (1, 3) if args.quick else (args.runs, args.reps)
@@ -221,22 +237,20 @@ def main() -> int:
                     if res[k] and res[k][-1].rc != 0:
                         continue   # failed or timed out once: not retried
                     res[k].append(measure(cmd, timeout=TIMEOUT))
-            feeds = feeds_for(name, src)
-            lat0 = latency(src, feeds, reps)
+            ok = {k: bool(rs) and all(r.rc == 0 for r in rs) and outs[k].exists() for k, rs in res.items()}
+            timed = {"original": src, **{k: outs[k] for k in ("mcp-cli", "mcp-cli +flags", "onnxslim")
+                                         if ok.get(k)}}
+            lat = latencies(timed, feeds_for(name, src), reps)
+            lat0 = lat["original"]
             cells = {}
             for k, rs in res.items():
-                ok = rs and all(r.rc == 0 for r in rs) and outs[k].exists()
-                if not ok:
+                if not ok[k]:
                     why = "timeout" if rs and rs[-1].rc == -9 else "failed"
                     cells[k] = (why, "", "", "")
                     continue
                 wall = statistics.median(r.wall for r in rs)
                 rss = statistics.median(r.rss_mb for r in rs)
-                try:
-                    lat = f"{latency(outs[k], feeds, reps):.2f}"
-                except Exception as e:  # noqa: BLE001 - a peer's output onnxruntime rejects
-                    lat = f"fails ({str(e).splitlines()[0][:40]})"
-                cells[k] = (count(outs[k]), f"{wall:.2f}", f"{rss:.0f}", lat)
+                cells[k] = (count(outs[k]), f"{wall:.2f}", f"{rss:.0f}", lat.get(k, ""))
                 if k == "mcp-cli" and name.startswith("blocks"):
                     scale[name] = wall
             cells.setdefault("mcp-cli +flags", cells["mcp-cli"])
@@ -244,7 +258,7 @@ def main() -> int:
             row += [cells[k][0] for k in ("mcp-cli", "mcp-cli +flags", "onnxslim", "onnxsim", "ORT basic")]
             row += [cells[k][1] for k in ("mcp-cli", "mcp-cli +flags", "onnxslim", "onnxsim")]
             row += [cells[k][2] for k in ("mcp-cli", "mcp-cli +flags", "onnxslim", "onnxsim")]
-            row += [f"{lat0:.2f}", cells["mcp-cli"][3], cells["mcp-cli +flags"][3], cells["onnxslim"][3]]
+            row += [lat0, cells["mcp-cli"][3], cells["mcp-cli +flags"][3], cells["onnxslim"][3]]
             rows.append(row)
             print(" | ".join(map(str, row)), flush=True)
             shutil.rmtree(d / "repo", ignore_errors=True)
@@ -271,8 +285,9 @@ def main() -> int:
         + f", onnxslim {onnxslim.__version__}, onnxsim {onnxsim.__version__}.",
         "Node counts after each tool; conversion wall seconds and peak RSS MB (whole process, "
         f"median of {runs}, tools interleaved; ours includes writing the Triton repository); "
-        f"onnxruntime CPU latency ms (batch 1, default session options, median of {reps}) of the "
-        "original, of our .mcpir (through mcp_compiler.session) and of onnxslim's output. "
+        f"onnxruntime CPU latency ms (batch 1, default optimizations, one intra-op thread, median of {reps} runs, the "
+        "models taking turns run by run) of the original, of our .mcpir (through "
+        "mcp_compiler.session) and of onnxslim's output. "
         "`mcp-cli` is the default pipeline; `+flags` adds the opt-in flags of the `flags` column: "
         "`--opset N` raises the model's opset first so that the fusions may use HardSwish (14), "
         "LayerNormalization (17) and Gelu (20); `--fold-size-limit 4096` (MB) lets constant folding "

@@ -16,8 +16,14 @@ from .ir.types import MapType, NoType, OptionalType, SequenceType, TensorType, T
 TensorSink = Callable[[Tensor], "tuple[str, int, int] | None"]
 
 
-def to_onnx(model: Model, *, sink: TensorSink | None = None) -> onnx.ModelProto:
-    """Lower a Model to an ONNX ModelProto (raw_data copies unless `sink` places tensors)."""
+def to_onnx(model: Model, *, sink: TensorSink | None = None, value_info: bool = True) -> onnx.ModelProto:
+    """Lower a Model to an ONNX ModelProto (raw_data copies unless `sink` places tensors).
+
+    `value_info=False` leaves out the main graph's declared shapes of inner values, for
+    onnxruntime to run: it infers what it needs, and where it is told every shape it fuses
+    Add + LayerNormalization into SkipLayerNormalization, measured 10% slower on CPU here
+    (benchmarks/RESULTS.md, encoder). The shape contracts stay in the IR.
+    """
     lw = _Lowering(sink)
     p = onnx.ModelProto(
         ir_version=model.ir_version, producer_name=model.producer_name,
@@ -26,6 +32,8 @@ def to_onnx(model: Model, *, sink: TensorSink | None = None) -> onnx.ModelProto:
     for dom, ver in model.opset_imports.items():
         p.opset_import.add(domain=dom, version=ver)
     p.graph.CopyFrom(lw.graph(model.graph))
+    if not value_info:
+        del p.graph.value_info[:]
     _set_props(p.metadata_props, model.metadata_props)
     for f in model.functions:
         p.functions.append(lw.function(f))

@@ -42,7 +42,7 @@ def create_session(model: Model, options: ort.SessionOptions | None = None,
         values.append(ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(t.numpy())))
         return (_PLACEHOLDER, 0, t.nbytes)
 
-    proto = to_onnx(model, sink=sink)
+    proto = to_onnx(model, sink=sink, value_info=False)
     if len(folders) > 1:
         raise UnsupportedError("weights come from files in several folders; onnxruntime resolves "
                                "external data against one", hint="convert to .mcpir first")

@@ -131,7 +131,8 @@ def _copy_fields(dst, src, skip: str) -> None:  # noqa: ANN001 - two protobuf me
     for fld, _ in src.ListFields():
         if fld.name == skip:
             continue
-        if fld.label == fld.LABEL_REPEATED:
+        repeated = fld.is_repeated if hasattr(fld, "is_repeated") else fld.label == fld.LABEL_REPEATED
+        if repeated:   # protobuf 6.31+ deprecates .label
             getattr(dst, fld.name).extend(getattr(src, fld.name))
         elif fld.message_type:
             getattr(dst, fld.name).CopyFrom(getattr(src, fld.name))

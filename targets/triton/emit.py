@@ -165,9 +165,10 @@ def _swap_in(tmp: Path, final: Path) -> None:
 
 
 def _write_onnx(model: Model, path: Path) -> None:
+    # For onnxruntime to run: inner shapes left to its inference (lower.to_onnx says why).
     total = sum(t.nbytes for t in model.tensors())
     if total < _PROTO_LIMIT:
-        path.write_bytes(to_onnx(model).SerializeToString())
+        path.write_bytes(to_onnx(model, value_info=False).SerializeToString())
         return
     data_name = path.stem + ".onnx.data"
     with open(path.with_name(data_name), "wb") as data:
@@ -182,5 +183,5 @@ def _write_onnx(model: Model, path: Path) -> None:
                 data.write(raw[i:i + (16 << 20)])
             return (data_name, offset + pad, t.nbytes)
 
-        proto = to_onnx(model, sink=sink)
+        proto = to_onnx(model, sink=sink, value_info=False)
     path.write_bytes(proto.SerializeToString())

@@ -199,7 +199,8 @@ class _Lowering:
         p += [_str(10, g.DocString())]
         p += [_len(11, self.value(g.Inputs(j))) for j in range(g.InputsLength())]
         p += [_len(12, self.value(g.Outputs(j))) for j in range(g.OutputsLength())]
-        p += [_len(13, self.value(g.ValueInfo(j))) for j in range(g.ValueInfoLength())]
+        if not top:   # the main graph's inner shapes are left to onnxruntime (as compiler's lower.py)
+            p += [_len(13, self.value(g.ValueInfo(j))) for j in range(g.ValueInfoLength())]
         p += self.props(16, g)
         self.depth -= 1
         return b"".join(p)
