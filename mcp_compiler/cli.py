@@ -161,7 +161,8 @@ def convert(
                                     "[N, H, W, C]; transposes inside move and cancel. verify feeds "
                                     "the original NCHW the transposed inputs."),
     opset: Optional[int] = typer.Option(None, "--opset", help="Raise the model's ai.onnx opset to "
-                                        "this first (onnx version converter)."),
+                                        "this first (onnx version converter); fusions then use the "
+                                        "newer ops: HardSwish 14, LayerNormalization 17, Gelu 20."),
     model_warmup: Optional[bool] = typer.Option(None, "--warmup/--no-warmup",
                                                 help="Add a model_warmup built from the contract."),
     prepack: Optional[bool] = typer.Option(None, "--prepack/--no-prepack",

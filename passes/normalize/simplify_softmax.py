@@ -2,46 +2,64 @@
 
 from __future__ import annotations
 
-from mcp_compiler.ir import Attribute, AttrType, Model, Node, TensorType
+from mcp_compiler.ir import Attribute, AttrType, Model, Node, TensorType, Value
 
 from .. import _rewrite as R
 from .._infra import Pass, PassContext, PassResult, Property
-from .._pattern import Op, Or, Var, match
+from .._pattern import Match, Op, Or, Var, match
 
 _OPS = ("Softmax", "LogSoftmax", "Hardmax")
 
 
-def _rank(n: Node) -> int | None:
-    t = n.inputs[0].type if n.inputs and n.inputs[0] is not None else None
-    return len(t.shape) if isinstance(t, TensorType) and t.shape is not None else None
+def _shape(v: Value | None) -> tuple | None:
+    t = v.type if v is not None else None
+    return tuple(t.shape) if isinstance(t, TensorType) and t.shape is not None else None
 
 
-def _flatten_to_last(n: Node) -> bool:
+def _flatten_to_rows(n: Node) -> bool:
+    """Flatten(x, axis=a) whose second dim is x's axis a alone: a is the last axis, or every
+    dim after a is a static 1."""
+    a, shape = _axis(n, 1), _shape(n.inputs[0])
+    if shape is None or len(shape) < 2:
+        return False
+    axis = a + len(shape) if a < 0 else a
+    return 0 < axis < len(shape) and all(d == 1 for d in shape[axis + 1:])
+
+
+def _axis(n: Node, default: int) -> int:
     a = n.attributes.get("axis")
-    rank = _rank(n)
-    return rank is not None and rank >= 2 and a is not None and a.value in (rank - 1, -1)
+    return a.value if a is not None else default
 
 
 def _over_axis_1(n: Node) -> bool:
-    a = n.attributes.get("axis")
-    return a is not None and a.value in (1, -1)
+    return _axis(n, -1) in (1, -1)   # of the 2-D rows (Softmax's default is -1 at opset 13+)
 
 
 X = Var("x")
-FLAT = Op("Flatten", X, where=_flatten_to_last)
-COERCED = Op("Reshape", Or(*(Op(op, FLAT, name="s", where=_over_axis_1) for op in _OPS)),
-             Op("Shape", X, where=lambda n: not n.attributes))
+FLAT = Op("Flatten", X, name="flat", where=_flatten_to_rows)
+ROWS = Or(*(Op(op, FLAT, name="s", where=_over_axis_1) for op in _OPS))
+# back to x's shape: computed from x, or written as a constant (where x's shape is static)
+COERCED = Or(Op("Reshape", ROWS, Op("Shape", X, where=lambda n: not n.attributes)),
+             Op("Reshape", ROWS, Var("target", where=lambda v: R.const(v) is not None)))
+
+
+def _back_to_x(m: Match) -> bool:
+    if "target" not in m.bound:
+        return True
+    shape, target = _shape(m["x"]), R.const(m["target"])
+    return shape is not None and all(isinstance(d, int) for d in shape) and target.tolist() == list(shape)
 
 
 class SimplifySoftmaxPass(Pass):
     """Rule (opset 13+, S one of Softmax, LogSoftmax, Hardmax; x of rank r >= 2):
 
-        Reshape(S(Flatten(x, axis=r-1), axis=1), Shape(x)) -> S(x, axis=-1)
+        Reshape(S(Flatten(x, axis=a), axis=1), Shape(x)) -> S(x, axis=a)
 
-    Exact: flattening the leading axes leaves each row of the last axis as it was. onnx's
+    when a = r-1 or every dim after a is a static 1; Shape(x) may be a constant equal to x's
+    static shape. Exact: every row that S normalizes is the same row before and after. onnx's
     version converter writes the left side for every S it takes past opset 13 (where S's axis
     stopped meaning "coerce to 2-D"), so `--opset 13+` on an older model would otherwise add
-    three nodes per Softmax.
+    two or three nodes per Softmax.
     """
 
     name = "simplify-softmax"
@@ -57,12 +75,13 @@ class SimplifySoftmaxPass(Pass):
             splice = R.Splice(g)
             for root in g.nodes:
                 m = match(COERCED, root, outputs) if root.op_type == "Reshape" else None
-                if m is None or splice.taken(m.nodes):
+                if m is None or splice.taken(m.nodes) or not _back_to_x(m):
                     continue
                 s, y = m.node("s"), root.outputs[0]
+                axis = _axis(m.node("flat"), 1)
                 splice.free(m.nodes)
                 splice.replace(m.nodes, [Node(s.op_type, [m["x"]], [y], name=s.name or y.name,
-                                              attributes=[Attribute("axis", AttrType.INT, -1)])])
+                                              attributes=[Attribute("axis", AttrType.INT, axis)])])
                 done += 1
             splice.apply()
         return PassResult(model, done > 0, {"simplified": done})

@@ -467,3 +467,31 @@ def test_opset_flag_upgrades_first_so_the_fusions_fire(tmp_path):
     assert _ops(model) == ["LayerNormalization", "Gelu"]
     feeds = {"x": rng.standard_normal((2, 5, 16)).astype(np.float32)}
     np.testing.assert_allclose(ort_run(to_onnx(model), feeds)[0], ort_run(m, feeds)[0], rtol=RTOL, atol=ATOL)
+
+
+def test_simplify_softmax_with_a_constant_shape_and_trailing_ones(tmp_path):
+    # what the converter leaves for squeezenet's [1, 1000, 1, 1] scores: Flatten at the
+    # default axis 1, the Reshape target a constant (the Shape folded)
+    from mcp_compiler.passes.normalize import SimplifySoftmaxPass
+
+    nodes = [helper.make_node("Flatten", ["x"], ["f"]), helper.make_node("Softmax", ["f"], ["o"]),
+             helper.make_node("Reshape", ["o", "s"], ["y"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 10, 1, 1])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [2, 10, 1, 1])],
+              [numpy_helper.from_array(np.array([2, 10, 1, 1], np.int64), "s")], opset=13)
+    model, r = _run(SimplifySoftmaxPass(), m, tmp_path, {"x": rng.standard_normal((2, 10, 1, 1)).astype(np.float32)},
+                    rtol=1e-6, atol=1e-7)
+    assert r.stats["simplified"] == 1 and _ops(model) == ["Softmax"]
+    assert model.graph.nodes[0].attributes["axis"].value == 1
+
+
+def test_simplify_softmax_keeps_a_reshape_to_another_shape(tmp_path):
+    from mcp_compiler.passes.normalize import SimplifySoftmaxPass
+
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], axis=1), helper.make_node("Softmax", ["f"], ["o"], axis=1),
+             helper.make_node("Reshape", ["o", "s"], ["y"])]
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 10])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, [5, 4])],
+              [numpy_helper.from_array(np.array([5, 4], np.int64), "s")], opset=13)
+    model, r = _run(SimplifySoftmaxPass(), m, tmp_path, {"x": rng.standard_normal((2, 10)).astype(np.float32)})
+    assert not r.modified and len(model.graph.nodes) == 3
