@@ -64,3 +64,20 @@ def machine() -> str:
     import platform
 
     return f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+
+
+def ort_session(path, threads: int | None = None):  # noqa: ANN001, ANN201
+    """An onnxruntime CPU session of an .onnx file, or of an .mcpir through mcp_compiler.session
+    (default optimizations; `threads` intra-op threads, onnxruntime's default when None)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads is not None:
+        so.intra_op_num_threads = threads
+    if str(path).endswith(".mcpir"):
+        from mcp_compiler.mcpir import read_mcpir
+        from mcp_compiler.session import create_session
+
+        return create_session(read_mcpir(path), so)
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])

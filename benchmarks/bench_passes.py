@@ -28,7 +28,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, measure, versions  # noqa: E402
+from _measure import machine, measure, ort_session, versions  # noqa: E402
 from _results import table, write_section  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -156,30 +156,18 @@ def feeds_for(name: str, path: Path) -> dict:
     return out
 
 
-def session(path: Path):  # noqa: ANN201 - an onnxruntime session, default options, one thread
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    # One intra-op thread: with the default pool, each idle session's threads spin and steal the
-    # two cores from the session whose turn it is (seen here: the same model 10 ms or 18 ms).
-    so.intra_op_num_threads = 1
-    if path.suffix == ".mcpir":
-        from mcp_compiler.mcpir import read_mcpir
-        from mcp_compiler.session import create_session
-
-        return create_session(read_mcpir(path), so)
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
-
 def latencies(paths: dict[str, Path], feeds: dict, reps: int) -> dict[str, str]:
     """Median ms of `reps` runs of each model, the models taking turns run by run (so that the
     machine's noise falls on all of them alike); a model onnxruntime rejects says so."""
     sessions, out = {}, {}
     for k, p in paths.items():
         try:
-            sessions[k] = session(p)
-            sessions[k].run(None, feeds)
+            # One intra-op thread: with the default pool, each idle session's threads spin and
+            # steal the two cores from the session whose turn it is (seen here: the same model
+            # 10 ms or 18 ms).
+            sess = ort_session(p, threads=1)
+            sess.run(None, feeds)
+            sessions[k] = sess
         except Exception as e:  # noqa: BLE001 - a peer's output onnxruntime rejects
             out[k] = f"fails ({str(e).splitlines()[0][:40]})"
     times: dict[str, list[float]] = {k: [] for k in sessions}

@@ -26,7 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, measure, versions  # noqa: E402
+from _measure import machine, measure, ort_session, versions  # noqa: E402
 from _results import table, write_section  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -116,21 +116,8 @@ def weight_bytes(path: Path) -> int:
     return total
 
 
-def session(path: Path):  # noqa: ANN201
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if path.suffix == ".mcpir":
-        from mcp_compiler.mcpir.reader import read_mcpir
-        from mcp_compiler.session import create_session
-
-        return create_session(read_mcpir(path), so)
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
-
 def evaluate(path: Path, feeds: list[dict], reference: list[list[np.ndarray]] | None, reps: int):  # noqa: ANN201
-    sess = session(path)
+    sess = ort_session(path)
     outs = [sess.run(None, f) for f in feeds]
     sess.run(None, feeds[0])
     times = []

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mcp_compiler.ir import Node, TensorType, Value
+from mcp_compiler.ir import Node, Value
 
 from . import _rewrite as R
 
@@ -86,13 +86,12 @@ class Match:
         return n
 
     def scalar(self, name: str) -> float:
-        return float(R.const(self[name]).reshape(-1)[0])
+        return R.scalar(self[name])
 
     def broadcasts_like(self, x: Value) -> bool:
         """Every matched constant broadcasts against x without adding dims, so f(x)'s shape
         is x's: its rank is at most x's (0 when x's rank is unknown)."""
-        t = x.type
-        rank = len(t.shape) if isinstance(t, TensorType) and t.shape is not None else 0
+        rank = len(R.shape(x) or ())
         return all(a.ndim <= rank for a in self.constants)
 
 

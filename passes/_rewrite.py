@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import DataType, Graph, Node, Tensor, Value
+from mcp_compiler.ir import DataType, Graph, Node, Tensor, TensorType, Value
 from mcp_compiler.ir.graph import unlink
 
 
@@ -76,6 +76,12 @@ def set_bias(n: Node, v: Value) -> None:
         n.set_input(2, v)
     else:
         n._append_input(v)   # noqa: SLF001 - the IR's way to add a trailing input
+
+
+def shape(v: Value | None) -> tuple | None:
+    """The value's dims when its type is a tensor of known rank, else None."""
+    t = getattr(v, "type", None)
+    return tuple(t.shape) if isinstance(t, TensorType) and t.shape is not None else None
 
 
 def is_float32(v: Value | None) -> bool:

@@ -242,6 +242,11 @@ class Model:
     functions: list[Function] = field(default_factory=list)
     metadata_props: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def onnx_opset(self) -> int:
+        """The ai.onnx opset the model imports (as "" or "ai.onnx"; 1 when it imports none)."""
+        return self.opset_imports.get("", self.opset_imports.get("ai.onnx", 1))
+
     def all_graphs(self) -> Iterator[Graph]:
         yield from self.graph.graphs()
         for f in self.functions:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from mcp_compiler.ir import Attribute, AttrType, Model, Node, TensorType, Value
+from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
 
 from .. import _rewrite as R
 from .._infra import Pass, PassContext, PassResult
@@ -27,7 +27,7 @@ class FuseClipPass(Pass):
     name = "fuse-clip"
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+        opset = model.onnx_opset
         fused = removed = 0
         for g in model.all_graphs():
             outputs = {id(v) for v in g.outputs}
@@ -71,12 +71,9 @@ def _clamp(n: Node) -> tuple[Value, float, float] | None:
         return (x, *b) if b is not None and b[0] <= b[1] else None
     if n.op_type in ("Min", "Max") and len(n.inputs) == 2:
         for v, c in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0])):
-            a = R.const(c)
-            t = v.type if v is not None else None
-            rank = len(t.shape) if isinstance(t, TensorType) and t.shape is not None else 0
-            if a is None or a.size != 1 or a.ndim > rank or not R.is_float32(v) or math.isnan(float(a.reshape(-1)[0])):
+            a, k = R.const(c), R.scalar(c)
+            if k is None or math.isnan(k) or a.ndim > len(R.shape(v) or ()) or not R.is_float32(v):
                 continue
-            k = float(a.reshape(-1)[0])
             return (v, -math.inf, k) if n.op_type == "Min" else (v, k, math.inf)
     return None
 

@@ -43,7 +43,7 @@ class FuseGeluPass(Pass):
     name = "fuse-gelu"
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+        opset = model.onnx_opset
         if opset < 20:
             return PassResult(model, False, {"fused": 0, "reason": f"opset {opset} < 20 (--opset 20 enables it)"})
         fused = dict.fromkeys(RULES, 0)

@@ -76,7 +76,7 @@ class FuseHardSwishPass(Pass):
     name = "fuse-hardswish"
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+        opset = model.onnx_opset
         fused = {"hardswish": 0, "hardsigmoid": 0}
         for rules in ROUNDS:
             rules = tuple(r for r in rules if opset >= r[3])

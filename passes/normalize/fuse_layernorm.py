@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import Attribute, AttrType, Model, Node, TensorType, Value
+from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
 
 from .. import _rewrite as R
 from .._infra import Pass, PassContext, PassResult, Property
@@ -12,9 +12,8 @@ from .._pattern import Const, Match, Op, Or, Var, match
 
 
 def _last_dim_static(v: Value) -> bool:
-    t = v.type
-    return (R.is_float32(v) and isinstance(t, TensorType) and bool(t.shape)
-            and isinstance(t.shape[-1], int))
+    shape = R.shape(v)
+    return R.is_float32(v) and bool(shape) and isinstance(shape[-1], int)
 
 
 def _over_last_axis(n: Node) -> bool:
@@ -28,7 +27,8 @@ def _over_last_axis(n: Node) -> bool:
     else:
         attr = n.attributes.get("axes")
         axes = None if attr is None else list(attr.value)
-    rank = len(n.inputs[0].type.shape) if isinstance(n.inputs[0].type, TensorType) else -1
+    shape = R.shape(n.inputs[0])
+    rank = len(shape) if shape is not None else -1
     return axes is not None and len(axes) == 1 and axes[0] in (-1, rank - 1)
 
 
@@ -74,7 +74,7 @@ class FuseLayerNormPass(Pass):
     requires = frozenset({Property.SHAPES_INFERRED})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+        opset = model.onnx_opset
         rules = [r for r in RULES if opset >= r[2]]
         if not rules:
             return PassResult(model, False, {"fused": 0, "reason": f"opset {opset} < 17 (--opset 17 enables it)"})
@@ -90,7 +90,7 @@ class FuseLayerNormPass(Pass):
                     m = match(pattern, root, outputs)
                     if m is None or splice.taken(m.nodes) or not m.broadcasts_like(m["x"]):
                         continue
-                    x, c = m["x"], m["x"].type.shape[-1]
+                    x, c = m["x"], R.shape(m["x"])[-1]
                     params, nodes = _affine(m, outputs, c, affine)
                     if splice.taken(nodes):
                         continue

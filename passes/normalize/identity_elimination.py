@@ -76,8 +76,7 @@ def _is_noop(n: Node) -> bool:
 
 def _take_over(n: Node, x: Value, y: Value) -> None:
     """x's producer makes the graph output y (n's result) in x's place; n is left unlinked."""
-    n.set_input(0, None)
-    for i in range(1, len(n.inputs)):
+    for i in range(len(n.inputs)):
         n.set_input(i, None)
     x.replace_all_uses_with(y)
     p, i = x.producer, x.output_index

@@ -111,8 +111,8 @@ def _own_shape_concat(x: Value, s: Value) -> np.ndarray | None:
 
 
 def _rank(x: Value) -> int | None:
-    t = x.type
-    return len(t.shape) if isinstance(t, TensorType) and t.shape is not None else None
+    shape = R.shape(x)
+    return len(shape) if shape is not None else None
 
 
 def _same_static_shape(x: Value, shape: np.ndarray) -> bool:

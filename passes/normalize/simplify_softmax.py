@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mcp_compiler.ir import Attribute, AttrType, Model, Node, TensorType, Value
+from mcp_compiler.ir import Attribute, AttrType, Model, Node
 
 from .. import _rewrite as R
 from .._infra import Pass, PassContext, PassResult, Property
@@ -11,15 +11,10 @@ from .._pattern import Match, Op, Or, Var, match
 _OPS = ("Softmax", "LogSoftmax", "Hardmax")
 
 
-def _shape(v: Value | None) -> tuple | None:
-    t = v.type if v is not None else None
-    return tuple(t.shape) if isinstance(t, TensorType) and t.shape is not None else None
-
-
 def _flatten_to_rows(n: Node) -> bool:
     """Flatten(x, axis=a) whose second dim is x's axis a alone: a is the last axis, or every
     dim after a is a static 1."""
-    a, shape = _axis(n, 1), _shape(n.inputs[0])
+    a, shape = _axis(n, 1), R.shape(n.inputs[0])
     if shape is None or len(shape) < 2:
         return False
     axis = a + len(shape) if a < 0 else a
@@ -46,7 +41,7 @@ COERCED = Or(Op("Reshape", ROWS, Op("Shape", X, where=lambda n: not n.attributes
 def _back_to_x(m: Match) -> bool:
     if "target" not in m.bound:
         return True
-    shape, target = _shape(m["x"]), R.const(m["target"])
+    shape, target = R.shape(m["x"]), R.const(m["target"])
     return shape is not None and all(isinstance(d, int) for d in shape) and target.tolist() == list(shape)
 
 
@@ -66,7 +61,7 @@ class SimplifySoftmaxPass(Pass):
     requires = frozenset({Property.SHAPES_INFERRED})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+        opset = model.onnx_opset
         if opset < 13:
             return PassResult(model, False, {"simplified": 0, "reason": f"opset {opset} < 13"})
         done = 0

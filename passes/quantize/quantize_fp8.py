@@ -32,7 +32,7 @@ class QuantizeFp8Pass(Pass):
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         opts = (ctx.quantize or QuantizeOptions(mode="fp8")).validate()
-        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+        opset = model.onnx_opset
         if opset < MIN_OPSET:
             raise ValueError(f"float8 DequantizeLinear needs ai.onnx opset >= {MIN_OPSET}, the model "
                              f"imports {opset} (run upgrade-opset first)")

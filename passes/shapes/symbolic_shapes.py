@@ -39,7 +39,7 @@ class SymbolicShapesPass(Pass):
     establishes = frozenset({Property.SHAPES_INFERRED})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+        opset = model.onnx_opset
         inf = Inference(model.graph, opset, taken=_symbols(model))
         inf.run()
         changed = inf.write()
