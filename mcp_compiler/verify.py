@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import itertools
 import json
@@ -117,7 +118,6 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
 
     `repository` is DIR/NAME. Symbols not in `dims` get 2 at axis 0 and 32 elsewhere.
     """
-    import onnxruntime as ort
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
@@ -129,10 +129,52 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     vdir = _latest_version(model_dir)
     backend = cfg.backend or "onnxruntime"
     dims = dict(dims or {})
+    model = load_onnx(input, check=False, infer_shapes=False).model
+    rng = np.random.default_rng(seed)
+    report = VerifyReport(str(model_dir), backend, samples, dims, rtol, atol)
+    if "quantization_level" in cfg.parameters:
+        report.quantization_level = cfg.parameters["quantization_level"].string_value
+    # the interface's layout contract: NHWC values are the NCHW original's, transposed
+    layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
+    report.layouts = layouts
+    feeds = [random_inputs(model, dims, rng) for _ in range(samples)]
+    del model
+    # One model in memory at a time (the original's outputs are kept, not its session), and no
+    # prepacked weight copies: checking a 2 GB model costs about 2 GB, not 4 or 8.
+    names, wants, report.reference = _run_original(input, feeds)
+    gc.collect()
+    run = _emitted_runner(backend, vdir)
+    stats: dict[str, list] = {}
+    for sample, want in zip(feeds, wants):
+        got = run({k: np.ascontiguousarray(v.transpose(0, 2, 3, 1)) if layouts.get(k) == "NHWC" else v
+                   for k, v in sample.items()})
+        for name, a, b in zip(names, want, got):
+            if layouts.get(name) == "NHWC":
+                b = np.asarray(b).transpose(0, 3, 1, 2)
+            stats.setdefault(name, []).append(_compare(a, b, rtol, atol))
+    for name, rows in stats.items():
+        report.outputs.append(OutputCheck(
+            name, max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
+            all(r[3] for r in rows)))
+    return report
+
+
+def _session_options():  # noqa: ANN202 - onnxruntime.SessionOptions
+    import onnxruntime as ort
+
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    return so
+
+
+def _run_original(input: str | os.PathLike, feeds: list[dict]) -> tuple[list[str], list[list], str]:
+    """The original's output names, its outputs on every sample, and what ran it: onnxruntime, or
+    onnx.reference where onnxruntime has no kernel for one of its ops."""
+    import onnxruntime as ort
+
     try:
-        original = ort.InferenceSession(str(input), so, providers=["CPUExecutionProvider"])
+        original = ort.InferenceSession(str(input), _session_options(), providers=["CPUExecutionProvider"])
         reference = "onnxruntime"
     except Exception as e:  # noqa: BLE001 - no kernel for an op the conversion legalized
         if "NOT_IMPLEMENTED" not in str(e):
@@ -141,40 +183,25 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
 
         original = _Reference(ReferenceEvaluator(str(input)))
         reference = "onnx.reference (onnxruntime has no kernel for an op of the original)"
-    if backend == "python":
-        emitted = load_runtime(vdir).MCPIRModel(vdir / "model.mcpir")
-        run = lambda feeds: emitted.run(feeds)  # noqa: E731
-    else:
-        sess = ort.InferenceSession(str(vdir / "model.onnx"), so, providers=["CPUExecutionProvider"])
-        run = lambda feeds: sess.run(None, feeds)  # noqa: E731
-    model = load_onnx(input, check=False, infer_shapes=False).model
-    rng = np.random.default_rng(seed)
-    report = VerifyReport(str(model_dir), backend, samples, dims, rtol, atol, reference=reference)
-    if "quantization_level" in cfg.parameters:
-        report.quantization_level = cfg.parameters["quantization_level"].string_value
-    # the interface's layout contract: NHWC values are the NCHW original's, transposed
-    layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
-    report.layouts = layouts
-    stats: dict[str, list] = {}
-    for _ in range(samples):
-        feeds = random_inputs(model, dims, rng)
+    wants = []
+    for sample in feeds:
         try:
-            want = original.run(None, feeds)
+            wants.append(original.run(None, sample))
         except Exception as e:  # noqa: BLE001
             raise UsageError(f"the original model fails on the random inputs "
-                             f"({ {k: list(v.shape) for k, v in feeds.items()} }): "
+                             f"({ {k: list(v.shape) for k, v in sample.items()} }): "
                              f"{str(e).splitlines()[0]}; give symbol sizes with --dims") from None
-        got = run({k: np.ascontiguousarray(v.transpose(0, 2, 3, 1)) if layouts.get(k) == "NHWC" else v
-                   for k, v in feeds.items()})
-        for o, a, b in zip(original.get_outputs(), want, got):
-            if layouts.get(o.name) == "NHWC":
-                b = np.asarray(b).transpose(0, 3, 1, 2)
-            stats.setdefault(o.name, []).append(_compare(a, b, rtol, atol))
-    for name, rows in stats.items():
-        report.outputs.append(OutputCheck(
-            name, max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
-            all(r[3] for r in rows)))
-    return report
+    return [o.name for o in original.get_outputs()], wants, reference
+
+
+def _emitted_runner(backend: str, vdir: Path):  # noqa: ANN202 - feeds -> outputs
+    if backend == "python":
+        emitted = load_runtime(vdir).MCPIRModel(vdir / "model.mcpir", prepack=False)
+        return emitted.run
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(vdir / "model.onnx"), _session_options(), providers=["CPUExecutionProvider"])
+    return lambda feeds: sess.run(None, feeds)
 
 
 class _Reference:

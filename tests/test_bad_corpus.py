@@ -14,6 +14,8 @@ import pytest
 
 import bad_inputs
 
+pytestmark = pytest.mark.slow  # about 1,000 hostile inputs
+
 TIMEOUT_S = 60
 # Unknown custom domains are valid ONNX that the target's runtime cannot run: an
 # unsupported-model error (exit 1, naming node and op), not bad input.

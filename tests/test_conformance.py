@@ -6,6 +6,8 @@ import pytest
 
 from mcp_compiler.conformance import collect_cases, run_all, summarize
 
+pytestmark = pytest.mark.slow  # the 1,884 ONNX node cases
+
 
 @pytest.fixture(scope="module")
 def summary():

@@ -14,6 +14,8 @@ from onnx import TensorProto, helper
 from mcp_compiler.api import ConvertOptions, convert
 from mcp_compiler.mcpir import read_mcpir
 
+pytestmark = pytest.mark.slow  # a model over 2 GB
+
 K, N, COUNT = 16384, 12000, 3  # 3 x 786 MB of FP32 weights: 2.36 GB
 
 

@@ -53,6 +53,7 @@ def _valid_entry(root: Path) -> bool:
     return cfg.name == root.name and len(model.graph.initializers) == 12 and (root / "1" / "model.py").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.05, 0.3, 0.6, 0.9, 1.3])
 def test_sigkill_leaves_old_output_or_nothing(big_model, tmp_path, delay):
     repo = tmp_path / "repo"
@@ -77,6 +78,7 @@ def test_sigkill_leaves_old_output_or_nothing(big_model, tmp_path, delay):
     assert [x.name for x in staging.iterdir() if not x.name.endswith(".old")] == []
 
 
+@pytest.mark.slow
 def test_sigkill_plain_mcpir_output(big_model, tmp_path):
     out = tmp_path / "m.mcpir"
     subprocess.run([*CLI, "convert", "-i", str(big_model), "-o", str(out)], check=True, stdout=subprocess.DEVNULL)
@@ -177,6 +179,7 @@ def random_models(draw):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(random_models())
 def test_random_graphs_convert_and_verify(tmp_path_factory, model):
@@ -185,6 +188,7 @@ def test_random_graphs_convert_and_verify(tmp_path_factory, model):
     convert(d / "m.onnx", d / "repo", ConvertOptions(target=T, name="m", verify=True, verify_dims={"N": 3}))
 
 
+@pytest.mark.slow
 def test_sigkill_while_the_weights_are_being_written(big_model, tmp_path):
     # Kill exactly when the staging folder holds a partial model.mcpir: proof the kill lands
     # mid-write, and that nothing of it reaches the repository.

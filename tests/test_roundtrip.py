@@ -15,7 +15,7 @@ from mcp_compiler.ir import ShapeExpr, TensorType
 from mcp_compiler.lower import to_onnx
 from mcp_compiler.mcpir import from_buffer, read_mcpir, to_bytes, write_mcpir
 
-from _helpers import ZOO_INPUTS, golden_dirs, light_models, ort_run, random_feeds, zoo_models
+from _helpers import ZOO_INPUTS, golden_dirs, light_models, ort_run, random_feeds, zoo_models, zoo_params
 
 
 def _roundtrip(path, tmp_path):
@@ -45,7 +45,7 @@ def test_golden_models(d, tmp_path):
         np.testing.assert_allclose(b, expected[name], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("path", zoo_models(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", zoo_params(), ids=lambda p: p.stem)
 def test_zoo_models(path, tmp_path):
     first, back = _roundtrip(path, tmp_path)
     _same_structure(first, back)
@@ -215,6 +215,7 @@ def test_symbolic_dims_and_layout_contracts_roundtrip(tiny_model, tmp_path):
     assert bx.layout == Layout.NHWC
 
 
+@pytest.mark.slow
 def test_models_over_2gb_of_weights(tmp_path):
     # Two 1.1 GB tensors backed by a sparse file: the data section passes 2**31 bytes and the
     # second tensor's offset does not fit in 32 bits (no protobuf limit anywhere).

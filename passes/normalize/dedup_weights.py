@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import hashlib
+import os
+from collections.abc import Iterator
 
 from mcp_compiler.ir import Model
+from mcp_compiler.ir.tensor import Tensor
 
 from .._infra import Pass, PassContext, PassResult
+
+_CHUNK = 1 << 20
+_PROBE = 4096        # bytes per sample of the fingerprint
+_PROBES = 8          # samples spread over the tensor
 
 
 class DeduplicateWeightsPass(Pass):
     """Initializers of one graph with equal dtype, dims and bytes -> the first of them.
 
     Not applied to initializers that are graph inputs or outputs (their names are interface).
-    Compared by SHA-256 of the bytes, then byte for byte.
+    Only tensors with equal dtype and dims are compared; among those, a fingerprint of a few
+    sampled 4 KiB pieces first, then SHA-256 of the whole bytes, then byte for byte. Bytes that are
+    a view of a file are read with pread, not through the mapping: a model's weights are never
+    all paged into the process (a 2 GB model stays at a few MB of RSS here).
     """
 
     name = "deduplicate-weights"
@@ -22,19 +32,77 @@ class DeduplicateWeightsPass(Pass):
         merged = saved = 0
         for g in model.graph.graphs():  # function bodies have no initializers
             interface = {id(v) for v in [*g.inputs, *g.outputs]}
-            seen: dict[tuple, list] = {}
-            for name, v in list(g.initializers.items()):
+            by_type: dict[tuple, list] = {}
+            for v in g.initializers.values():
                 t = v.const
-                if id(v) in interface or t.string_data is not None:
-                    continue
-                raw = t.raw
-                key = (int(t.dtype), t.dims, hashlib.sha256(raw).digest())
-                same = next((u for u in seen.get(key, []) if u.const.raw == raw), None)
-                if same is None:
-                    seen.setdefault(key, []).append(v)
-                    continue
-                v.replace_all_uses_with(same)
-                del g.initializers[name]
-                merged += 1
-                saved += t.nbytes
+                if id(v) not in interface and t.string_data is None:
+                    by_type.setdefault((int(t.dtype), t.dims), []).append(v)
+            for group in by_type.values():
+                for keep, dup in _duplicates(group):
+                    dup.replace_all_uses_with(keep)
+                    del g.initializers[dup.name]
+                    merged += 1
+                    saved += dup.const.nbytes
         return PassResult(model, merged > 0, {"initializers_merged": merged, "bytes_saved": saved})
+
+
+def _duplicates(group: list) -> Iterator[tuple]:
+    """(first, later) pairs of equal tensors in a group of one dtype and shape, in order."""
+    if len(group) < 2:
+        return
+    by_print: dict[bytes, list] = {}
+    for v in group:
+        by_print.setdefault(_fingerprint(v.const), []).append(v)
+    for same_print in by_print.values():
+        if len(same_print) < 2:
+            continue
+        seen: dict[bytes, list] = {}
+        for v in same_print:
+            digest = _digest(v.const)
+            keep = next((u for u in seen.get(digest, []) if _equal(u.const, v.const)), None)
+            if keep is None:
+                seen.setdefault(digest, []).append(v)
+            else:
+                yield keep, v
+
+
+def _read(t: Tensor, start: int, size: int) -> bytes:
+    if t.source is not None:
+        path, offset = t.source
+        with open(path, "rb") as f:
+            return os.pread(f.fileno(), size, offset + start)
+    return bytes(memoryview(t.raw).cast("B")[start:start + size])
+
+
+def _fingerprint(t: Tensor) -> bytes:
+    n = t.nbytes
+    if n <= _PROBE * _PROBES:
+        return hashlib.sha256(_read(t, 0, n)).digest()
+    h = hashlib.sha256()
+    step = (n - _PROBE) // (_PROBES - 1)
+    for k in range(_PROBES):
+        h.update(_read(t, k * step, _PROBE))
+    return h.digest()
+
+
+def _pieces(t: Tensor) -> Iterator[bytes]:
+    if t.source is None:
+        raw = memoryview(t.raw).cast("B")
+        for i in range(0, len(raw), _CHUNK):
+            yield raw[i:i + _CHUNK]
+        return
+    path, offset = t.source
+    with open(path, "rb") as f:
+        for i in range(0, t.nbytes, _CHUNK):
+            yield os.pread(f.fileno(), min(_CHUNK, t.nbytes - i), offset + i)
+
+
+def _digest(t: Tensor) -> bytes:
+    h = hashlib.sha256()
+    for piece in _pieces(t):
+        h.update(piece)
+    return h.digest()
+
+
+def _equal(a: Tensor, b: Tensor) -> bool:
+    return all(x == y for x, y in zip(_pieces(a), _pieces(b)))

@@ -21,6 +21,7 @@ from mcp_compiler.errors import OutputExistsError, UsageError
 from mcp_compiler.ir import Model
 from mcp_compiler.lower import to_onnx
 from mcp_compiler.mcpir import write_mcpir
+from mcp_compiler.mcpir.writer import TensorCopier
 
 from ..base import EmitResult, TargetOptions
 from .config import build_config, check_name, to_pbtxt
@@ -171,16 +172,14 @@ def _write_onnx(model: Model, path: Path) -> None:
         path.write_bytes(to_onnx(model, value_info=False).SerializeToString())
         return
     data_name = path.stem + ".onnx.data"
-    with open(path.with_name(data_name), "wb") as data:
+    with open(path.with_name(data_name), "wb") as data, TensorCopier() as copier:
         def sink(t):  # noqa: ANN001, ANN202
             if t.nbytes < 1024:
                 return None
             offset = data.tell()
             pad = (-offset) % 64
             data.write(b"\0" * pad)
-            raw = t.raw
-            for i in range(0, len(raw), 16 << 20):
-                data.write(raw[i:i + (16 << 20)])
+            copier.write(t, data)
             return (data_name, offset + pad, t.nbytes)
 
         proto = to_onnx(model, sink=sink, value_info=False)

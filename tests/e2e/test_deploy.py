@@ -16,6 +16,8 @@ from mcp_compiler.api import ConvertOptions, convert
 
 from _helpers import GOLDEN, ort_run
 
+pytestmark = pytest.mark.slow  # a real Triton
+
 pytest.importorskip("pytriton", reason="nvidia-pytriton not installed: no tritonserver to deploy to")
 
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]

@@ -18,7 +18,7 @@ from mcp_compiler.passes import PassContext
 from mcp_compiler.passes.layout import LayoutNhwcPass
 from mcp_compiler.pipeline import build
 
-from _helpers import ort_run, zoo_models
+from _helpers import ort_run, zoo_models, zoo_params
 
 F = TensorProto.FLOAT
 RTOL, ATOL = 1e-5, 1e-5   # only data movement changes; Conv may pick another kernel order
@@ -113,7 +113,7 @@ def test_non_image_input_is_left_alone(tmp_path):
     assert model.graph.inputs[0].type.shape == (2, 3, 4, 5)
 
 
-@pytest.mark.parametrize("path", zoo_models(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", zoo_params(), ids=lambda p: p.stem)
 def test_zoo_nhwc_repository_verifies(tmp_path, path):
     r = api.convert(path, tmp_path / "repo", api.ConvertOptions(
         target="triton-v1.12", layout="nhwc", verify=True, verify_dims={"x_d2": 48}))

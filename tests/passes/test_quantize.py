@@ -21,7 +21,7 @@ from mcp_compiler.passes.quantize import QuantizeFp8Pass, QuantizeInt4Pass, Quan
 from mcp_compiler.passes.quantize.numerics import quantize_fp8, quantize_int4
 from mcp_compiler.passes.rewrite import UpgradeOpsetPass
 
-from _helpers import ZOO_INPUTS, mlp_onnx, ort_run, zoo_models
+from _helpers import ZOO_INPUTS, mlp_onnx, ort_run, zoo_models, zoo_params
 
 runner = CliRunner()
 # The lowered model must compute exactly x @ dequantize(q): float32 accumulation-order noise only.
@@ -217,7 +217,7 @@ def test_activation_weights_are_not_constant(tmp_path):
 
 
 # -- upgrade-opset ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("src", zoo_models(), ids=lambda p: p.name)
+@pytest.mark.parametrize("src", zoo_params(), ids=lambda p: p.name)
 def test_upgrade_opset_keeps_outputs(src):
     from mcp_compiler.passes.normalize import ConstantToInitializerPass
 
@@ -321,7 +321,7 @@ def test_cli_bad_calibration_data(tmp_path):
     assert not (tmp_path / "q.mcpir").exists()
 
 
-@pytest.mark.parametrize("src", [p for p in zoo_models() if "rec" in p.name], ids=lambda p: p.name)
+@pytest.mark.parametrize("src", zoo_params("rec"), ids=lambda p: p.name)
 def test_zoo_recognition_model_quantizes_where_ort_finds_nothing(tmp_path, src):
     # onnxruntime's quantizers find no initializer weight here (MatMul weights are Constant
     # nodes): our normalization turns them into initializers first.

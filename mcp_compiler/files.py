@@ -1,0 +1,104 @@
+"""Files the CLI reads and writes: output paths checked before any work, inputs that are regular
+files of bounded size, and written files whose mode follows the umask."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from .errors import InvalidModelError, OutputError, UsageError
+
+# Kernel pseudo-filesystems: writing there is never what a user meant.
+_PSEUDO = (Path("/proc"), Path("/sys"), Path("/dev"))
+CONFIG_LIMIT = 1 << 20   # a build file or manifest larger than 1 MiB is not a config file
+
+
+def umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(fd_or_path: int | str | os.PathLike, *, directory: bool = False) -> None:
+    """Give a file made by tempfile (0600, or 0700 for a folder) the mode an ordinary open() would
+    have given it, so that a server running as another user can read what we wrote."""
+    mode = (0o777 if directory else 0o666) & ~umask()
+    if isinstance(fd_or_path, int):
+        os.fchmod(fd_or_path, mode)
+    else:
+        os.chmod(fd_or_path, mode)
+
+
+def _under_pseudo(path: Path) -> bool:
+    return any(path == p or p in path.parents for p in _PSEUDO)
+
+
+def check_output(path: Path | str, flag: str, *, directory: bool = False) -> Path:
+    """Fail now, before any work, when `path` cannot be written: an empty name, a path under a
+    regular file, /proc, /sys or /dev, or a folder we cannot write into. Folders that do not exist
+    yet are allowed for `directory` outputs (they are made) when their first existing ancestor is
+    a writable folder."""
+    if str(path) == "":
+        raise UsageError(f"{flag}: empty path")
+    p = Path(os.path.abspath(path))
+    if _under_pseudo(p):
+        raise UsageError(f"{flag} {path}: cannot write under {p.parts[0]}{p.parts[1]}")
+    if directory:
+        if p.exists() and not p.is_dir():
+            raise UsageError(f"{flag} {path} exists and is not a directory")
+        anchor = p
+    else:
+        if p.is_dir():
+            raise UsageError(f"{flag} {path} is a directory")
+        if p.exists() and not p.is_file():
+            raise UsageError(f"{flag} {path} exists and is not a regular file")
+        anchor = p.parent
+        if not anchor.exists() and not any(a.is_file() for a in anchor.parents):
+            raise UsageError(f"{flag} {path}: folder {anchor} does not exist")
+    while not anchor.exists():
+        anchor = anchor.parent
+    if not anchor.is_dir():
+        raise UsageError(f"{flag} {path}: {anchor} is not a directory")
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: folder {anchor} is not writable")
+    return p
+
+
+def read_regular(path: Path | str, flag: str, *, limit: int | None = None) -> bytes:
+    """The bytes of a regular file: a FIFO, device or folder is refused at once (never blocks on
+    a FIFO, never reads /dev/zero until memory runs out), and so is a file over `limit` bytes."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot read: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{flag} {path}: not a regular file")
+        if limit is not None and st.st_size > limit:
+            raise UsageError(f"{flag} {path}: {st.st_size} bytes, over the {limit >> 10} KiB limit "
+                             "for this kind of file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read() if limit is None else f.read(limit + 1)
+    finally:
+        os.close(fd)
+
+
+def check_regular_input(path: Path | str, what: str = "--input") -> None:
+    """A model input must be a regular file (a FIFO would block the loader forever)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise InvalidModelError(path, f"cannot read: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidModelError(path, "not a regular file" if not stat.S_ISDIR(st.st_mode) else "is a directory")
+
+
+def write_error(path: Path | str, e: OSError) -> OutputError:
+    """An OSError while writing `path` as the one-line error the CLI prints (ENOSPC: exit 1)."""
+    if e.errno == errno.ENOSPC:
+        return OutputError(f"{path}: no space left on the device")
+    return OutputError(f"{path}: cannot write: {e.strerror or e}")
