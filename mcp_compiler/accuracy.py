@@ -99,10 +99,9 @@ def measure(reference, model: Model, samples: list[dict[str, np.ndarray]], label
     """Run `reference` (a path to the original ONNX, or an IR Model) and `model` on each sample."""
     import onnxruntime as ort
 
-    from .session import create_session
+    from .session import create_session, quiet_options
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so = quiet_options()
     if isinstance(reference, Model):
         ref = create_session(reference, so)
     else:

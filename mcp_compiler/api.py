@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidModelError, UsageError
+from .errors import InvalidModelError, OutputExistsError, UsageError
+from .files import write_error
 from .frontend import load_onnx
 from .ir.graph import Model
 from .ir_schema import FILE_EXTENSION
@@ -39,6 +40,7 @@ class ConvertOptions:
     opset: int | None = None            # raise the ai.onnx opset to this first (upgrade-opset)
     fold_size_limit: int | None = None  # bytes a folded constant may grow to (None: 1 MiB)
     layout: str = "nchw"                # "nhwc": image inputs/outputs channels-last (layout-nhwc)
+    load_check: bool = True             # the target's runtime loads the entry before it is moved in
 
 
 @dataclass
@@ -88,49 +90,38 @@ def convert(input: str | os.PathLike, output: str | os.PathLike | None,
 
     Outputs are written atomically: a failure leaves nothing behind.
     """
+    from .targets import get_target
+
     options = options or ConvertOptions()
     _quantization_from_serving(options)
-    target = None
-    if options.target is not None:
-        from .targets import get_target
-
-        target = get_target(options.target)
-        output = Path(output or DEFAULT_REPOSITORY)
-        if output.suffix == FILE_EXTENSION:
-            raise UsageError(f"--output {output}: with --target, --output is the model repository "
-                             "folder (the .mcpir goes inside it)")
-    else:
-        if output is None:
-            raise UsageError("--output is required without --target (a .mcpir file)")
-        output = Path(output)
-        if output.suffix != FILE_EXTENSION:
-            raise UsageError(f"--output {output}: expected a {FILE_EXTENSION} file "
-                             "(Triton repositories come with --target)")
-        if output.is_dir():
-            raise UsageError(f"--output {output} is a directory")
-        if not output.parent.exists():
-            raise UsageError(f"--output {output}: folder {output.parent} does not exist")
-    if options.layout not in ("nchw", "nhwc"):
-        raise UsageError(f"--layout: expected nchw or nhwc, got {options.layout!r}")
+    target = get_target(options.target) if options.target is not None else None
+    _check_flags(options, target)
+    output = _check_paths(input, output, options, target)
     t0 = time.perf_counter()
     model, fmt, warnings = load_model(input, check=options.check, infer_shapes=options.infer_shapes)
     if options.verify and fmt != "onnx":
         raise UsageError("--verify compares with onnxruntime on the original: give the .onnx as --input")
+    if options.verify_dims:
+        from .verify import check_dims
+
+        check_dims(model, options.verify_dims)
+    if options.opset is not None and model.onnx_opset is not None and options.opset < model.onnx_opset:
+        raise UsageError(f"--opset {options.opset}: the model is at opset {model.onnx_opset}; "
+                         "--opset can only raise it")
     t1 = time.perf_counter()
-    records = []
     samples = None
     if options.calibration_data is not None:
         from .accuracy import load_samples
 
         samples = load_samples(options.calibration_data, model)
     weights_before = summarize(model, fmt).weight_bytes if options.quantize else 0
-    if target is not None or options.passes or options.quantize or options.opset or options.layout != "nchw":
-        from . import pipeline
-
-        pm = pipeline.build(target, options.passes, options.disabled_passes, options.verify_each,
-                            quantize=options.quantize, calibration=samples, opset=options.opset,
-                            fold_size_limit=options.fold_size_limit, layout=options.layout)
-        _, records = pm.run(model)
+    records = _run_pipeline(model, target, options, samples)
+    if options.quantize is not None and options.opset is None and not _quantized_any(records) \
+            and any(r.name == "upgrade-opset" and r.modified for r in records):
+        # Nothing was quantized: the opset raised for it would be a change for nothing.
+        model = load_model(input, check=False, infer_shapes=options.infer_shapes)[0]
+        records = _run_pipeline(model, target, options, samples, quantize=False)
+        warnings = [*warnings, "--quantize: nothing to quantize; the model is left at its opset"]
     tp = time.perf_counter()
     s = summarize(model, fmt)
     report = ConvertReport(input=str(input), output=str(output), nodes=s.nodes, weights=s.weights,
@@ -146,36 +137,107 @@ def convert(input: str | os.PathLike, output: str | os.PathLike | None,
                                    "quantization.skipped for why)")
     ta = time.perf_counter()
     if target is None:
-        stats = write_mcpir(model, output)
+        try:
+            stats = write_mcpir(model, output)
+        except OSError as e:
+            raise write_error(output, e) from None
         report.output_bytes = stats.file_bytes
         report.files = [output.name]
     else:
-        from .targets import TargetOptions
-        from .targets.triton.config import sanitize_name
-
-        report.warnings += target.check(model)
-        name = options.name if options.name is not None else sanitize_name(Path(input).stem)
-        result = target.emit(model, output, TargetOptions(
-            name=name, backend=options.backend, force=options.force,
-            serving={"params": options.serving}))
-        report.output = str(result.root)
-        report.files = result.files
-        report.output_bytes = sum((result.root / f).stat().st_size for f in result.files)
-        report.warnings += result.warnings
+        _emit(model, target, input, output, options, report)
     t2 = time.perf_counter()
     report.seconds = {"load": round(t1 - t0, 4), "passes": round(tp - t1, 4), "emit": round(t2 - ta, 4)}
     if options.quantize is not None:
         report.seconds["accuracy"] = round(ta - tp, 4)
-    if options.verify:
-        if target is None:
-            raise UsageError("--verify needs --target (it checks the emitted repository)")
+    if report.verification is not None:
+        report.seconds["verify"] = report.verification.pop("seconds")
+    report.warnings = list(dict.fromkeys(report.warnings))  # shape inference runs twice: say it once
+    return report
+
+
+def _check_paths(input, output, options: ConvertOptions, target) -> Path:  # noqa: ANN001
+    """The output, checked before any work: the right kind, writable, not there without --force."""
+    from .files import check_output, check_regular_input
+
+    check_regular_input(input)
+    if target is not None:
+        output = Path(DEFAULT_REPOSITORY if output is None else output)
+        if output.suffix == FILE_EXTENSION:
+            raise UsageError(f"--output {output}: with --target, --output is the model repository "
+                             "folder (the .mcpir goes inside it)")
+        check_output(output, "--output", directory=True)
+        return output
+    if output is None:
+        raise UsageError("--output is required without --target (a .mcpir file)")
+    output = Path(output)
+    if output.suffix != FILE_EXTENSION:
+        raise UsageError(f"--output {output}: expected a {FILE_EXTENSION} file "
+                         "(Triton repositories come with --target)")
+    check_output(output, "--output")
+    if output.exists() and not options.force:
+        raise OutputExistsError(f"{output} exists; pass --force to replace it")
+    return output
+
+
+def _check_flags(options: ConvertOptions, target) -> None:  # noqa: ANN001
+    """Flags that would silently do nothing are errors."""
+    if options.layout not in ("nchw", "nhwc"):
+        raise UsageError(f"--layout: expected nchw or nhwc, got {options.layout!r}")
+    if options.verify and target is None:
+        raise UsageError("--verify needs --target (it checks the emitted repository)")
+    if options.verify_dims and not options.verify and options.quantize is None:
+        raise UsageError("--dims sizes the inputs of --verify and of the quantization accuracy "
+                         "report; give --verify (or --quantize)")
+    if options.disabled_passes and not _has_pipeline(options, target):
+        raise UsageError("--disable-pass needs a pipeline: give --target, --passes, --quantize or --opset")
+
+
+def _has_pipeline(options: ConvertOptions, target) -> bool:  # noqa: ANN001
+    return bool(target is not None or options.passes or options.quantize or options.opset
+                or options.layout != "nchw")
+
+
+def _run_pipeline(model: Model, target, options: ConvertOptions, samples,  # noqa: ANN001
+                  quantize: bool = True) -> list:
+    if not _has_pipeline(options, target):
+        return []
+    from . import pipeline
+
+    pm = pipeline.build(target, options.passes, options.disabled_passes, options.verify_each,
+                        quantize=options.quantize if quantize else None, calibration=samples,
+                        opset=options.opset, fold_size_limit=options.fold_size_limit, layout=options.layout)
+    return pm.run(model)[1]
+
+
+def _quantized_any(records: list) -> bool:
+    return any(r.name.startswith("quantize-") and r.modified for r in records)
+
+
+def _emit(model: Model, target, input, output: Path, options: ConvertOptions,  # noqa: ANN001
+          report: ConvertReport) -> None:
+    """The target's entry; the load check and --verify run on the staged entry, so a model that
+    fails either never replaces anything."""
+    from .targets import TargetOptions
+    from .targets.triton.config import sanitize_name
+
+    def verify_staged(entry: Path) -> None:
         from .verify import verify
 
-        v = verify(input, report.output, dims=options.verify_dims)
-        report.verification = v.to_dict()
-        report.seconds["verify"] = round(time.perf_counter() - t2, 4)
+        t = time.perf_counter()
+        v = verify(input, entry, dims=options.verify_dims)
+        v.repository = str(Path(output) / name)
+        report.verification = {**v.to_dict(), "seconds": round(time.perf_counter() - t, 4)}
         v.raise_if_failed()
-    return report
+
+    report.warnings += target.check(model)
+    name = options.name if options.name is not None else sanitize_name(Path(input).stem)
+    result = target.emit(model, output, TargetOptions(
+        name=name, backend=options.backend, force=options.force, serving={"params": options.serving},
+        load_check=options.load_check, check=verify_staged if options.verify else None))
+    report.output = str(result.root)
+    report.files = result.files
+    report.output_bytes = sum((result.root / f).stat().st_size for f in result.files)
+    report.warnings += result.warnings
 
 
 def _quantization_from_serving(options: ConvertOptions) -> None:

@@ -46,6 +46,8 @@ def _run(reporter: Reporter, debug: bool, fn: Callable[[], None]) -> None:
         logging.basicConfig(level=logging.DEBUG)
     try:
         fn()
+    except typer.Exit:
+        raise  # an exit code the command chose (e.g. zoo: some models failed), already reported
     except McpError as e:
         if debug:
             traceback.print_exc()
@@ -65,15 +67,40 @@ DebugOpt = typer.Option(False, "--debug", help="Show tracebacks and debug logs."
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object (for CI) instead of text.")
 
 
-def _parse_dims(text: str | None) -> dict[str, int]:
-    """`batch=2,H=64` -> {"batch": 2, "H": 64}."""
+MAX_DIM = 2**31 - 1   # a dimension Triton's config (int64) and onnxruntime both hold, and no more
+
+
+def _parse_dims(text: str | None, flag: str = "--dims") -> dict[str, int]:
+    """`batch=2,H=64` -> {"batch": 2, "H": 64}; sizes are ASCII digits, 1..MAX_DIM."""
     out: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         key, sep, value = part.partition("=")
-        if not sep or not key or not value.strip().isdigit() or int(value) < 1:
-            raise UsageError(f"--dims: expected NAME=SIZE[,NAME=SIZE...], got {part!r}")
+        value = value.strip()
+        if not sep or not key.strip() or not (value.isascii() and value.isdigit()):
+            raise UsageError(f"{flag}: expected NAME=SIZE[,NAME=SIZE...] with SIZE in ASCII digits, got {part!r}")
+        if not 1 <= int(value) <= MAX_DIM:
+            raise UsageError(f"{flag}: {key.strip()}={value} is outside 1..{MAX_DIM}")
         out[key.strip()] = int(value)
     return out
+
+
+def _write_report(path: Path, data: dict) -> None:
+    """A JSON report, written atomically (a temp file beside it, then renamed)."""
+    import json
+    import os
+    import tempfile
+
+    from .files import follow_umask, write_error
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        follow_umask(fd)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise write_error(path, e) from None
 
 
 def _tri_state(text: str | None, flag: str) -> bool | None:
@@ -90,7 +117,7 @@ def _tri_state(text: str | None, flag: str) -> bool | None:
 def convert(
     input: Path = typer.Option(..., "--input", "-i", help="The ONNX (or .mcpir) model to convert.",
                                dir_okay=False),
-    output: Optional[Path] = typer.Option(
+    output: Optional[str] = typer.Option(  # str: typer would read "" as Path(".")
         None, "--output", "-o",
         help="Without --target: the .mcpir file to write. With --target: the model repository "
              "folder (default: model_repository)."),
@@ -100,7 +127,7 @@ def convert(
                                        "(default: the input file's stem, sanitized)."),
     backend: str = typer.Option("python", "--backend",
                                 help="Triton backend: python (MCP-IR + bundled runtime) or onnxruntime."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing DIR/NAME."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing DIR/NAME or .mcpir file."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML build file with serving "
                                           "parameters (flags override it)."),
     dynamic_batch: Optional[str] = typer.Option(
@@ -181,6 +208,9 @@ def convert(
     report_path: Optional[Path] = typer.Option(None, "--report", help="Write the conversion report (JSON) here."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show per-pass times and node counts."),
     check: bool = typer.Option(True, "--check/--no-check", help="Run onnx.checker on the input."),
+    load_check: bool = typer.Option(True, "--load-check/--no-load-check",
+                                    help="Load the emitted model in its serving runtime before the "
+                                         "entry is moved into place."),
     infer_shapes: bool = typer.Option(True, "--infer-shapes/--no-infer-shapes",
                                       help="Run ONNX shape inference before import."),
     json_out: bool = JsonOpt,
@@ -202,8 +232,13 @@ def convert(
                                   disabled_passes=set(disable_pass or ()), verify_each=verify_each,
                                   accuracy_budget=parse_budget(accuracy_budget),
                                   accuracy_samples=accuracy_samples, opset=opset, layout=layout,
+                                  load_check=load_check,
                                   fold_size_limit=None if fold_size_limit is None else int(fold_size_limit * 2**20),
                                   calibration_data=str(calibration_data) if calibration_data else None)
+        if report_path is not None:
+            from .files import check_output
+
+            check_output(report_path, "--report")
         if fold_size_limit is not None and not fold_size_limit >= 0:
             raise UsageError(f"--fold-size-limit must be >= 0 MB, got {fold_size_limit}")
         if opset is not None and not 1 <= opset <= onnx_opset_version():
@@ -226,7 +261,7 @@ def convert(
                 "inference_timeout_ms": inference_timeout_ms, "instance_count": instance_count,
                 "kind": kind, "tensor_parallel_size": tensor_parallel_size,
                 "quantization_level": quantization_level, "model_warmup": model_warmup,
-                "warmup_dims": _parse_dims(warmup_dims) if warmup_dims else None,
+                "warmup_dims": _parse_dims(warmup_dims, "--warmup-dims") if warmup_dims else None,
                 "prepack": prepack,
             }
             if _tri_state(dynamic_batch, "--dynamic-batch") is None and not no_dynamic_batch:
@@ -244,11 +279,11 @@ def convert(
         elif accuracy_budget or calibration_data:
             raise UsageError("--accuracy-budget and --calibration-data need --quantize int4|fp8")
         with rep.status(f"converting {input}"):
-            report = api.convert(input, output, opts)
+            if output == "":
+                raise UsageError("--output: empty path")
+            report = api.convert(input, None if output is None else Path(output), opts)
         if report_path is not None:
-            import json
-
-            report_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+            _write_report(report_path, report.to_dict())
         rep.converted(report, verbose=verbose)
 
     _run(rep, debug, body)
@@ -314,33 +349,55 @@ def targets(json_out: bool = JsonOpt) -> None:
                           f"ai.onnx opsets {r['opsets'][0]}..{r['opsets'][1]}", markup=False)
 
 
+TRITON_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}   # tritonserver's own defaults
+
+
 @app.command()
 def serve(
     repository: Path = typer.Argument(..., help="The model repository folder."),
-    http_port: Optional[int] = typer.Option(None, "--http-port", help="Default: a free port."),
-    grpc_port: Optional[int] = typer.Option(None, "--grpc-port", help="Default: a free port."),
+    http_port: Optional[int] = typer.Option(None, "--http-port", min=0, max=65535,
+                                            help="Default: 8000, or a free port if 8000 is taken; 0: a free port."),
+    grpc_port: Optional[int] = typer.Option(None, "--grpc-port", min=0, max=65535,
+                                            help="Default: 8001, or a free port if taken; 0: a free port."),
+    metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535,
+                                               help="Default: 8002, or a free port if taken; 0: a free port."),
     explicit: bool = typer.Option(False, "--explicit", help="Start with no model loaded "
                                   "(model-control-mode explicit, for `deploy`)."),
     debug: bool = DebugOpt,
 ) -> None:
-    """Start a local Triton Inference Server on 127.0.0.1 for REPOSITORY (Ctrl-C stops it)."""
+    """Start a local Triton Inference Server on 127.0.0.1 for REPOSITORY (Ctrl-C stops it).
+
+    A port you give that is taken is an error; the defaults are Triton's own (8000, 8001, 8002),
+    each replaced by a free port when taken.
+    """
     rep = Reporter()
 
     def body() -> None:
         import time
 
-        from .serve import TritonServer
+        from .serve import TritonServer, port_free
 
-        if (http_port is None) != (grpc_port is None):
-            raise UsageError("give both --http-port and --grpc-port, or neither")
+        ports, notes = {}, []
+        for kind, given in (("http", http_port), ("grpc", grpc_port), ("metrics", metrics_port)):
+            if given is None:
+                default = TRITON_PORTS[kind]
+                given = default if port_free(default) else 0
+                if not given:
+                    notes.append(f"port {default} ({kind}) is taken: serving {kind} on a free port")
+            ports[kind] = given
         # A model that fails to load is reported, not fatal: the others keep serving.
-        server = TritonServer(repository, explicit=explicit, http_port=http_port, grpc_port=grpc_port,
+        server = TritonServer(repository, explicit=explicit, http_port=ports["http"], grpc_port=ports["grpc"],
+                              metrics_port=ports["metrics"],
                               extra_args=["--exit-on-error=false", "--strict-readiness=false"])
-        with rep.status("starting tritonserver"):
-            server.start()
+        failed = True
         try:
-            rep.out.print(f"Triton is serving {repository}\n  HTTP  http://{server.http_url}\n"
-                          f"  gRPC  {server.grpc_url}\n  log   {server.log_path}", markup=False)
+            with rep.status("starting tritonserver"):
+                server.start()
+            for note in notes:
+                rep.out.print(f"note: {note}", markup=False)
+            rep.out.print(f"Triton is serving {repository}\n  HTTP     http://{server.http_url}\n"
+                          f"  gRPC     grpc://{server.grpc_url}\n  metrics  http://{server.metrics_url}/metrics\n"
+                          f"  log      {server.log_path}", markup=False)
             for m in server.models():
                 reason = f" ({m['reason']})" if m.get("reason") else ""
                 rep.out.print(f"  model {m['name']} v{m.get('version', '?')}: {m.get('state', '?')}{reason}",
@@ -351,8 +408,10 @@ def serve(
             raise ServerError(f"tritonserver exited with code {server.proc.returncode} (log: {server.log_path})")
         except KeyboardInterrupt:
             rep.out.print("stopping tritonserver", markup=False)
+            failed = False
         finally:
-            server.stop()
+            # the temporary folder goes, unless an error names the log in it
+            server.close(keep_log=failed and server.log_path.exists() and server.proc is not None)
 
     _run(rep, debug, body)
 
@@ -495,13 +554,15 @@ def undeploy(
 @app.command()
 def zoo(
     manifest: Path = typer.Argument(..., help="The zoo manifest (zoo.yaml).", dir_okay=False),
-    output: Path = typer.Option(Path("model_repository"), "--output", "-o", help="The model repository to fill."),
+    output: str = typer.Option("model_repository", "--output", "-o", help="The model repository to fill."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Parallel processes (default: CPUs)."),
     shard: Optional[str] = typer.Option(None, "--shard", metavar="K/N", help="Only the K-th of N deterministic slices."),
     report_path: Optional[Path] = typer.Option(None, "--report", help="Write a JSON report here."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Cache folder (default ~/.cache/mcp-cli/zoo)."),
     verify_: bool = typer.Option(False, "--verify", help="Verify each model against onnxruntime."),
+    allow_outside_paths: bool = typer.Option(False, "--allow-outside-paths",
+                                             help="Let source paths point outside the manifest's folder."),
     json_out: bool = JsonOpt,
     debug: bool = DebugOpt,
 ) -> None:
@@ -512,11 +573,17 @@ def zoo(
         from .manifest import load_manifest
         from .zoo import parse_shard, run_zoo, write_junit, write_report
 
-        m = load_manifest(manifest)
+        from .files import check_output
+
+        check_output(output, "--output", directory=True)
+        for flag, path in (("--report", report_path), ("--junit", junit)):
+            if path is not None:
+                check_output(path, flag)
+        m = load_manifest(manifest, allow_outside_paths=allow_outside_paths)
         sh = parse_shard(shard)
         t0 = __import__("time").perf_counter()
         with rep.zoo_progress() as progress:
-            results = run_zoo(m, output, jobs=jobs, shard=sh, cache=cache, verify=verify_, progress=progress)
+            results = run_zoo(m, Path(output), jobs=jobs, shard=sh, cache=cache, verify=verify_, progress=progress)
         wall = __import__("time").perf_counter() - t0
         if report_path:
             write_report(results, report_path, m, sh)

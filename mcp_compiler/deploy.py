@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidModelError, McpError, ServerError, UsageError
+from .errors import (InvalidModelError, McpError, ServerAuthError, ServerError, ServerLoadError,
+                     ServerUnreachableError, UsageError)
 
 # One gRPC message carries at most 2 GiB - 1 byte (client and Triton alike); leave room for the
 # config and framing. HTTP sends files base64-encoded in one JSON body: past 1 GiB the client's
@@ -32,6 +33,10 @@ _NP = {"TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_FP64": np.float64
 
 class DeployError(ServerError):
     """The deploy failed on the server side (load, readiness, smoke inference)."""
+
+
+class NotLoadedError(ServerError):
+    """undeploy: the server does not have the model loaded."""
 
 
 @dataclass
@@ -107,22 +112,34 @@ def _path(p: Path | None) -> str | None:
     return str(p)
 
 
+_AUTH = ("restricted", "expecting header", "unauthenticated", "permission denied", "401", "403")
+_UNREACHABLE = ("unavailable", "connection refused", "failed to connect", "connect call failed",
+                "name or service not known", "no route", "timed out", "timeout", "deadline exceeded",
+                "temporary failure in name resolution", "cannot assign requested address")
+_TLS = ("ssl", "handshake", "certificate", "tls", "wrong_version_number")
+
+
 def _server_error(conn: Connection, e: BaseException, doing: str) -> McpError:
-    """One clear line for what went wrong talking to the server."""
+    """One clear line for what went wrong talking to the server: unreachable, refused
+    credentials (token or TLS), or anything else the server answered."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     low = msg.lower()
-    if any(s in low for s in ("restricted", "expecting header", "unauthenticated", "permission denied")):
-        return ServerError(f"{conn.describe()} refused {doing} (token missing or wrong?): {msg}")
-    if any(s in low for s in ("unavailable", "connection refused", "failed to connect", "connect call failed",
-                              "name or service not known", "no route", "timed out", "timeout")):
-        if any(s in low for s in ("ssl", "handshake", "certificate", "tls")):
-            return ServerError(f"TLS with {conn.describe()} failed while {doing}: {msg}")
-        return ServerError(f"cannot reach Triton at {conn.describe()} while {doing}: {msg}")
-    if any(s in low for s in ("ssl", "handshake", "certificate", "tls", "wrong_version_number")):
-        return ServerError(f"TLS with {conn.describe()} failed while {doing}: {msg}")
-    if any(s in low for s in ("permission", "unauthenticated", "restricted", "401", "403")):
-        return ServerError(f"{conn.describe()} refused {doing} (token missing or wrong?): {msg}")
+    if any(s in low for s in _AUTH):
+        return ServerAuthError(f"{conn.describe()} refused {doing} (token missing or wrong?): {msg}")
+    if any(s in low for s in _TLS):
+        return ServerAuthError(f"TLS with {conn.describe()} failed while {doing}: {msg}")
+    if any(s in low for s in _UNREACHABLE):
+        return ServerUnreachableError(f"cannot reach Triton at {conn.describe()} while {doing}: {msg}")
     return ServerError(f"{conn.describe()}: {doing} failed: {msg}")
+
+
+def _load_error(conn: Connection, e: BaseException, name: str, version: int) -> McpError:
+    """The server answered its metadata, so it is reachable: a failed load is the model's."""
+    err = _server_error(conn, e, f"loading {name} v{version}")
+    if isinstance(err, ServerAuthError):
+        return err
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return ServerLoadError(f"{conn.describe()} failed to load {name} v{version}: {msg}")
 
 
 def _call(conn: Connection, doing: str, fn, *args, **kw):  # noqa: ANN001, ANN202
@@ -160,9 +177,28 @@ def read_entry(entry: Path, version: int | None) -> tuple[Any, int, Path, dict[s
     for p in sorted(local.rglob("*")):
         if p.is_file() and "__pycache__" not in p.parts:
             files[f"file:{v}/{p.relative_to(local).as_posix()}"] = p.read_bytes()
+    _check_files(cfg, local, files)
     if not cfg.name:
         cfg.name = entry.name
     return cfg, v, local, files
+
+
+def _check_files(cfg: Any, local: Path, files: dict[str, bytes]) -> None:
+    """What the server would fail to load, found before uploading: an unknown backend, a missing
+    model file, an .mcpir that does not pass the reader's verifier (truncated, corrupt)."""
+    from .mcpir.reader import from_buffer
+
+    backend = cfg.backend or cfg.platform
+    if backend not in ("python", "onnxruntime", "onnxruntime_onnx"):
+        raise InvalidModelError(local.parent / "config.pbtxt", f"backend {backend!r} is not one mcp-cli "
+                                "deploys (python, onnxruntime)")
+    names = {k.split("/", 1)[1] for k in files}
+    want = "model.py" if backend == "python" else "model.onnx"
+    if want not in names:
+        raise InvalidModelError(local, f"no {want} for the {backend} backend")
+    for key, data in files.items():
+        if key.endswith(".mcpir"):
+            from_buffer(data, path=local / key.split('/', 1)[1])  # raises InvalidModelError
 
 
 def _config_json(cfg: Any, name: str) -> str:
@@ -301,9 +337,11 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
         report.previous_versions = _ready_versions(c, conn, name)
         t0 = time.perf_counter()
         try:
-            _call(conn, f"loading {name} v{v}", c.load_model, name, headers=conn.headers(),
-                  config=config_json, files=files,
-                  **({"client_timeout": wait_timeout} if conn.protocol == "grpc" else {}))
+            try:
+                c.load_model(name, headers=conn.headers(), config=config_json, files=files,
+                             **({"client_timeout": wait_timeout} if conn.protocol == "grpc" else {}))
+            except Exception as e:  # noqa: BLE001 - tritonclient raises many kinds
+                raise _load_error(conn, e, name, v) from None
             _wait_ready(c, conn, name, v, wait_timeout)
         except McpError as e:
             still = _ready_versions(c, conn, name)
@@ -365,8 +403,13 @@ def status(conn: Connection) -> list[dict]:
 
 
 def undeploy(name: str, conn: Connection, *, wait_timeout: float = 60.0) -> None:
+    """Unload `name`; a model the server does not have loaded (unknown, or unloaded already) is an
+    error, not a silent success."""
     c = client(conn)
     try:
+        _call(conn, "reading server metadata", c.get_server_metadata, headers=conn.headers())
+        if not _ready_versions(c, conn, name):
+            raise NotLoadedError(f"{name} is not loaded on the server {conn.describe()}")
         _call(conn, f"unloading {name}", c.unload_model, name, headers=conn.headers())
         deadline = time.monotonic() + wait_timeout
         while time.monotonic() < deadline:

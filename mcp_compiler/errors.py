@@ -25,7 +25,8 @@ def yaml_usage_error(label: str, e: Exception) -> UsageError:
     """`label line N: not valid YAML (problem)` for a PyYAML error (N when PyYAML knows it)."""
     mark = getattr(e, "problem_mark", None)
     where = f" line {mark.line + 1}" if mark is not None else ""
-    return UsageError(f"{label}{where}: not valid YAML ({getattr(e, 'problem', e)})")
+    problem = " ".join(str(getattr(e, "problem", None) or e).split())  # one line, always
+    return UsageError(f"{label}{where}: not valid YAML ({problem})")
 
 
 class InvalidModelError(McpError):
@@ -90,6 +91,12 @@ class UnknownTargetError(UsageError):
 
 class ServerError(McpError):
     """A Triton server could not be started, reached or used."""
+
+    exit_code = 1
+
+
+class LoadCheckError(McpError):
+    """The emitted model does not load in the runtime that would serve it (nothing is written)."""
 
     exit_code = 1
 

@@ -102,3 +102,32 @@ def write_error(path: Path | str, e: OSError) -> OutputError:
     if e.errno == errno.ENOSPC:
         return OutputError(f"{path}: no space left on the device")
     return OutputError(f"{path}: cannot write: {e.strerror or e}")
+
+
+def read_config(path: Path | str, flag: str) -> str:
+    """A YAML build file or manifest as text: a regular file of at most 1 MiB, UTF-8, no NUL."""
+    data = read_regular(path, flag, limit=CONFIG_LIMIT)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise UsageError(f"{flag} {path} line {line}: not UTF-8 (byte 0x{data[e.start]:02x} at offset "
+                         f"{e.start})") from None
+    if "\0" in text:
+        line = text[:text.index("\0")].count("\n") + 1
+        raise UsageError(f"{flag} {path} line {line}: a NUL byte (not a text file)")
+    return text
+
+
+def parse_yaml(text: str, label: str, *, compose: bool = False):  # noqa: ANN201 - YAML data or node
+    """yaml.safe_load (or yaml.compose) with every failure as one UsageError line naming `label`."""
+    import yaml
+
+    from .errors import yaml_usage_error
+
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader) if compose else yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise yaml_usage_error(label, e) from None
+    except RecursionError:
+        raise UsageError(f"{label}: nesting too deep") from None

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError, yaml_usage_error
+from .errors import UsageError
 
 _SERVING_KEYS = None  # filled from ServingParams on first use
 
@@ -81,8 +82,9 @@ def _serving_keys() -> dict[str, type]:
 
 
 class _Checker:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, allow_outside_paths: bool = False) -> None:
         self.path = path
+        self.allow_outside_paths = allow_outside_paths
 
     def fail(self, node: Any, msg: str) -> UsageError:
         line = node.start_mark.line + 1 if node is not None and hasattr(node, "start_mark") else "?"
@@ -127,19 +129,23 @@ _MODEL_KEYS = {"name": str, "source": dict, "target": str, "backend": str, "serv
 _DEFAULT_KEYS = {k: v for k, v in _MODEL_KEYS.items() if k not in ("name", "source")}
 
 
-def load_manifest(path: str | Path) -> Manifest:
-    import yaml
+def load_manifest(path: str | Path, *, allow_outside_paths: bool = False) -> Manifest:
+    """The checked manifest. `source.path`s must stay inside the manifest's folder (symlinks
+    resolved), as external data must stay inside a model's, unless `allow_outside_paths`."""
+    from .files import parse_yaml, read_config
 
     path = Path(path)
+    text = read_config(path, "manifest")
+    root = parse_yaml(text, str(path), compose=True)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"{path}: {e.strerror}") from None
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError as e:
-        raise yaml_usage_error(str(path), e) from None
-    c = _Checker(path)
+        return _manifest(path, root, _Checker(path, allow_outside_paths))
+    except RecursionError:
+        raise UsageError(f"{path}: nesting too deep") from None
+
+
+def _manifest(path: Path, root: Any, c: _Checker) -> Manifest:
+    import yaml
+
     if root is None:
         raise UsageError(f"{path}: empty manifest")
     top = c.mapping(root, "the manifest", {"defaults": None, "models": None})
@@ -205,7 +211,12 @@ def _source(c: _Checker, node: Any, base: Path, name: str) -> Source:
         raise c.fail(node, f"{name}.source needs exactly one of path, pypi")
     if "path" in fields_:
         p = Path(c.scalar(fields_["path"][1], f"{name}.source.path", str))
-        return Source(path=p if p.is_absolute() else (base / p))
+        p = p if p.is_absolute() else (base / p)
+        real, root = Path(os.path.realpath(p)), Path(os.path.realpath(base))
+        if not c.allow_outside_paths and root not in real.parents:
+            raise c.fail(fields_["path"][1], f"{name}.source.path {p} is outside the manifest's folder "
+                                             f"{root} (--allow-outside-paths permits it)")
+        return Source(path=p)
     keys = {"package": str, "version": str, "path": str, "sha256": str}
     pf = c.mapping(fields_["pypi"][1], f"{name}.source.pypi", keys)
     missing = [k for k in keys if k not in pf]

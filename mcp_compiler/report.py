@@ -149,7 +149,8 @@ class Reporter:
 
             def plain(r, done, total):  # noqa: ANN001, ANN202
                 if not self.json_mode:
-                    why = f": {r.reason}" if r.reason else ""
+                    # a failure's reason is printed once, as an error line at the end
+                    why = f": {r.reason}" if r.reason and r.status != "failed" else ""
                     self.out.print(f"[{done}/{total}] {r.name}: {r.status} ({r.seconds:.2f} s){why}", markup=False)
             yield plain
 

@@ -59,6 +59,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
 def _die_with_parent() -> None:
     # PR_SET_PDEATHSIG: the server must not outlive a crashed test or CLI process.
     with contextlib.suppress(Exception):
@@ -70,13 +79,15 @@ class TritonServer:
 
     def __init__(self, repository: str | os.PathLike, *, explicit: bool = False,
                  http_port: int | None = None, grpc_port: int | None = None,
-                 extra_args: list[str] | None = None, log_path: str | os.PathLike | None = None,
-                 startup_timeout: float = 60.0) -> None:
+                 metrics_port: int | None = None, extra_args: list[str] | None = None,
+                 log_path: str | os.PathLike | None = None, startup_timeout: float = 60.0) -> None:
+        """Ports: None or 0 picks free ones; a port given is used or the start fails naming it
+        (a server on other ports than asked would have clients talk to another server)."""
         self.repository = Path(repository).resolve()
         if not self.repository.is_dir():
             raise UsageError(f"model repository {repository} is not a directory")
         self.explicit = explicit
-        self.http_port, self.grpc_port = http_port, grpc_port
+        self.http_port, self.grpc_port, self.metrics_port = http_port or None, grpc_port or None, metrics_port or None
         self.extra_args = list(extra_args or [])
         self.startup_timeout = startup_timeout
         self.proc: subprocess.Popen | None = None
@@ -90,6 +101,10 @@ class TritonServer:
     @property
     def grpc_url(self) -> str:
         return f"{HOST}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{HOST}:{self.metrics_port}"
 
     def _backend_dir(self, inst: TritonInstall) -> Path:
         bk = self._tmp / "backends" / "python"
@@ -112,16 +127,20 @@ class TritonServer:
     def start(self) -> TritonServer:
         inst = find_triton()
         backends = self._backend_dir(inst)
-        fixed = self.http_port is not None
+        given = {flag: port for flag, port in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
+                                               ("--metrics-port", self.metrics_port)) if port}
+        for flag, port in given.items():
+            if not port_free(port):
+                raise UsageError(f"{flag} {port}: the port is in use on {HOST}")
         for attempt in range(5):
-            if not fixed or attempt:
-                self.http_port, self.grpc_port = free_port(), free_port()
-            metrics = free_port()
+            http = self.http_port or free_port()
+            grpc = self.grpc_port or free_port()
+            metrics = self.metrics_port or free_port()
             args = [str(inst.server), f"--model-repository={self.repository}",
                     f"--backend-directory={backends}",
                     f"--model-control-mode={'explicit' if self.explicit else 'none'}",
-                    f"--http-address={HOST}", f"--http-port={self.http_port}",
-                    f"--grpc-address={HOST}", f"--grpc-port={self.grpc_port}",
+                    f"--http-address={HOST}", f"--http-port={http}",
+                    f"--grpc-address={HOST}", f"--grpc-port={grpc}",
                     f"--metrics-address={HOST}", f"--metrics-port={metrics}",
                     "--exit-timeout-secs=5", "--allow-gpu-metrics=false",
                     "--pinned-memory-pool-byte-size=0", "--cuda-memory-pool-byte-size=0:0",
@@ -130,6 +149,7 @@ class TritonServer:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self._env(),
                                          preexec_fn=_die_with_parent, start_new_session=True)
             log.close()
+            self.http_port, self.grpc_port, self.metrics_port = http, grpc, metrics
             try:
                 self._wait_ready()
                 return self
@@ -137,8 +157,13 @@ class TritonServer:
                 rc = self.proc.poll()
                 text = self.log()
                 self.stop()
-                if rc is not None and "already in use" in text and attempt < 4:
-                    continue
+                if rc is not None and "already in use" in text:
+                    if given:  # a port the user gave was taken between our check and the bind
+                        raise UsageError(f"{', '.join(f'{k} {v}' for k, v in given.items())}: "
+                                         f"a port is in use on {HOST}") from None
+                    if attempt < 4:  # lost the race for a free port: pick others
+                        self.http_port, self.grpc_port, self.metrics_port = None, None, None
+                        continue
                 raise
         raise ServerError("tritonserver could not bind free ports after 5 tries")
 
@@ -190,9 +215,12 @@ class TritonServer:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
 
-    def close(self) -> None:
+    def close(self, *, keep_log: bool = False) -> None:
+        """Stop the server and remove its temporary folder (backend links, log), unless
+        keep_log (when a failure message names the log)."""
         self.stop()
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        if not keep_log:
+            shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self) -> TritonServer:
         return self.start()

@@ -20,10 +20,24 @@ from .lower import to_onnx
 _EXTERNAL_MIN_BYTES = 1024
 _PLACEHOLDER = "__mcp_data__"
 
+# onnxruntime's own warnings (coloured W: lines, up to dozens per model) never reach the user:
+# what fails is reported through our one error line.
+ort.set_default_logger_severity(3)
+
+
+def quiet_options(*, prepack: bool = True) -> ort.SessionOptions:
+    """Session options that log errors only (and, with prepack=False, keep no packed weight copies:
+    the checks need no speed, and a 2 GB model must not cost 4 GB)."""
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if not prepack:
+        so.add_session_config_entry("session.disable_prepacking", "1")
+    return so
+
 
 def create_session(model: Model, options: ort.SessionOptions | None = None,
                    providers: list[str] | None = None, *, prepack: bool = True) -> ort.InferenceSession:
-    so = options or ort.SessionOptions()
+    so = options or quiet_options()
     top = {id(v.const) for v in model.graph.initializers.values() if v.const.nbytes >= _EXTERNAL_MIN_BYTES}
     folders: set[str] = set()
     names: list[str] = []

@@ -6,6 +6,7 @@ import gc
 import importlib.util
 import itertools
 import json
+import math
 import os
 import sys
 from dataclasses import asdict, dataclass, field
@@ -18,6 +19,7 @@ from .frontend import load_onnx
 from .ir import DataType, TensorType
 
 _counter = itertools.count()
+INPUT_LIMIT = 4 << 30   # bytes of one generated input: a static dim of 2**40 is an error, not a MemoryError
 
 
 @dataclass
@@ -82,6 +84,38 @@ def _latest_version(model_dir: Path) -> Path:
     return versions[-1][1]
 
 
+def _dim_names(v, axis: int, d) -> list[str]:  # noqa: ANN001
+    """The names a user may size dim `d` of input `v` by: its symbol, and for an unnamed dim (?,
+    -1, none) the fresh symbol `inspect` shows for it (<input>_d<axis>)."""
+    from .passes.shapes.symbolic_shapes import unnamed
+
+    names = [d] if isinstance(d, str) and d else []
+    if unnamed(d):
+        names.append("".join(c if c.isalnum() or c == "_" else "_" for c in f"{v.name}_d{axis}"))
+    return names
+
+
+def input_symbols(model) -> list[str]:  # noqa: ANN001 - an IR Model
+    """The symbolic dims of the model's inputs, in order of appearance."""
+    seen: dict[str, None] = {}
+    for v in model.graph.inputs:
+        t = v.type
+        if v.const is None and isinstance(t, TensorType) and t.shape is not None:
+            for axis, d in enumerate(t.shape):
+                if not isinstance(d, int):
+                    seen.update((n, None) for n in _dim_names(v, axis, d))
+    return list(seen)
+
+
+def check_dims(model, dims: dict[str, int], flag: str = "--dims") -> None:  # noqa: ANN001
+    """A size for a symbol the model does not have is a typo that would check the wrong size."""
+    known = input_symbols(model)
+    unknown = [k for k in dims if k not in known]
+    if unknown:
+        raise UsageError(f"{flag}: the model has no symbol {unknown[0]!r}; its input symbols: "
+                         f"{', '.join(known) or 'none (every input dim is static)'}")
+
+
 def random_inputs(model, dims: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:  # noqa: ANN001
     feeds = {}
     for v in model.graph.inputs:
@@ -94,12 +128,15 @@ def random_inputs(model, dims: dict[str, int], rng: np.random.Generator) -> dict
         for axis, d in enumerate(t.shape):
             if isinstance(d, int):
                 shape.append(d)
-            elif isinstance(d, str) and d in dims:
-                shape.append(dims[d])
-            else:
-                shape.append(2 if axis == 0 else 32)
+                continue
+            given = [dims[n] for n in _dim_names(v, axis, d) if n in dims]
+            shape.append(given[-1] if given else 2 if axis == 0 else 32)
         dt = DataType(t.elem_type)
         npdt = dt.numpy_dtype
+        size = dt.nbytes(math.prod(shape))
+        if size > INPUT_LIMIT:
+            raise UsageError(f"input {v.name!r} at shape {shape} would be {size} bytes, over the "
+                             f"{INPUT_LIMIT >> 30} GiB limit for generated inputs; give smaller sizes with --dims")
         if dt == DataType.BOOL:
             feeds[v.name] = rng.integers(0, 2, shape).astype(bool)
         elif np.issubdtype(npdt, np.floating):
@@ -121,6 +158,9 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
+    from .files import check_regular_input
+
+    check_regular_input(input)
     model_dir = Path(repository)
     cfg_path = model_dir / "config.pbtxt"
     if not cfg_path.is_file():
@@ -130,6 +170,7 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     backend = cfg.backend or "onnxruntime"
     dims = dict(dims or {})
     model = load_onnx(input, check=False, infer_shapes=False).model
+    check_dims(model, dims)
     rng = np.random.default_rng(seed)
     report = VerifyReport(str(model_dir), backend, samples, dims, rtol, atol)
     if "quantization_level" in cfg.parameters:
@@ -160,12 +201,9 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
 
 
 def _session_options():  # noqa: ANN202 - onnxruntime.SessionOptions
-    import onnxruntime as ort
+    from .session import quiet_options
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.disable_prepacking", "1")
-    return so
+    return quiet_options(prepack=False)
 
 
 def _run_original(input: str | os.PathLike, feeds: list[dict]) -> tuple[list[str], list[list], str]:
@@ -196,7 +234,7 @@ def _run_original(input: str | os.PathLike, feeds: list[dict]) -> tuple[list[str
 
 def _emitted_runner(backend: str, vdir: Path):  # noqa: ANN202 - feeds -> outputs
     if backend == "python":
-        emitted = load_runtime(vdir).MCPIRModel(vdir / "model.mcpir", prepack=False)
+        emitted = load_runtime(vdir).MCPIRModel(vdir / "model.mcpir", options=_session_options(), prepack=False)
         return emitted.run
     import onnxruntime as ort
 

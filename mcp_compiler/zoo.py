@@ -25,6 +25,7 @@ from xml.etree import ElementTree as ET
 
 from . import __version__
 from .errors import McpError, UsageError
+from .files import follow_umask
 from .manifest import Manifest, Source, ZooModel
 
 _CHUNK = 1 << 20
@@ -142,9 +143,11 @@ def convert_one(zm: ZooModel, cache: Path, verify: bool, model_file: Path, key: 
         entry = cache / "entries" / key / zm.name
         staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=(cache / "entries").resolve()))
         try:
+            follow_umask(staging, directory=True)  # mkdtemp makes 0700
             serving = ServingParams(**zm.serving).validate()
             convert(model_file, staging, ConvertOptions(target=zm.target, name=zm.name, backend=zm.backend,
-                                                        serving=serving, verify=verify, verify_dims=zm.verify_dims))
+                                                        serving=serving, verify=verify,
+                                                        verify_dims=zm.verify_dims if verify else {}))
             final = cache / "entries" / key
             if not final.exists():
                 os.replace(staging, final)

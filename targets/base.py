@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 from mcp_compiler.ir import Model
 
@@ -18,6 +18,9 @@ class TargetOptions:
     backend: str = "python"
     force: bool = False
     serving: dict[str, Any] = field(default_factory=dict)
+    load_check: bool = True          # the target's runtime loads the staged artifacts first
+    # Called with the staged entry before it replaces anything (e.g. verify); raising stops the emit.
+    check: Callable[[Path], None] | None = None
 
 
 @dataclass

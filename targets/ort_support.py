@@ -141,8 +141,10 @@ def _max_opset() -> int:
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", v)])
+        so = onnxruntime.SessionOptions()
+        so.log_severity_level = 4
         try:
-            onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+            onnxruntime.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
             return v
         except Exception:  # noqa: BLE001
             continue

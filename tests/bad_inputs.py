@@ -147,6 +147,25 @@ def onnx_cases() -> dict[str, Callable[[Path], None]]:
     cases["ext_offset_past_end"] = ext_offset_past_end
     cases["ext_missing_file"] = lambda d: _external(d, "missing.bin")
     cases["ext_directory"] = lambda d: (_external(d, "adir"), (d / "adir").mkdir())
+    # external-data fields that Python's int() takes but onnx and onnxruntime refuse
+    for label, value in (("spaces", " 128 "), ("plus", "+128"), ("underscore", "1_28"),
+                         ("arabic_indic", "\u0661\u0662\u0668")):
+        def loose(d, value=value):
+            _external(d, "w.bin", length=None)
+            m = onnx.load(d / "input.onnx", load_external_data=False)
+            m.graph.initializer[0].external_data.add(key="length", value=value)
+            (d / "w.bin").write_bytes(b"\0" * 128)
+            _write(d, m)
+        cases[f"external_length_{label}"] = loose
+
+    def unknown_key(d):
+        _external(d, "w.bin")
+        m = onnx.load(d / "input.onnx", load_external_data=False)
+        m.graph.initializer[0].external_data.add(key="frobnicate", value="1")
+        (d / "w.bin").write_bytes(b"\0" * 128)
+        _write(d, m)
+    cases["external_unknown_key"] = unknown_key
+
     cases["unknown_opset_version"] = lambda d: _write(d, _model(
         [helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2])], [_vi("y", [2])], opsets=(("", 999),)))
     cases["unknown_op"] = lambda d: _write(d, _model(
@@ -285,6 +304,111 @@ def fb_root(data: bytes):  # noqa: ANN201
     from mcp_compiler.ir_schema import mcp_ir_generated as fb
 
     return fb.Model.GetRootAs(data[4:], 0)
+
+
+# -- command-line cases ---------------------------------------------------------------------------
+# Each writes what it needs into its folder d and returns the argument list after `mcp-cli`
+# ("OUT" stands for the folder a command may write into: it must stay empty).
+
+T = "triton-v1.12"
+
+
+def _good(d: Path, m: onnx.ModelProto | None = None) -> str:
+    _write(d, m or good_model())
+    return str(d / "input.onnx")
+
+
+def _config(d: Path, data: bytes) -> list[str]:
+    src = _good(d)
+    (d / "mcp.yaml").write_bytes(data)
+    return ["convert", "--input", src, "--target", T, "--output", "OUT/repo", "--config", str(d / "mcp.yaml")]
+
+
+def _symbolic_t() -> onnx.ModelProto:
+    return _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["N", "T"])], [_vi("y", ["N", "T"])])
+
+
+def cli_cases() -> dict[str, Callable[[Path], list[str]]]:
+    def fifo_input(d):
+        d.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(d / "input.onnx")   # a reader that opened it would block forever
+        return ["convert", "--input", str(d / "input.onnx"), "--target", T, "--output", "OUT/repo"]
+
+    def fifo_config(d):
+        d.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(d / "mcp.yaml")
+        return ["convert", "--input", _good(d), "--target", T, "--output", "OUT/repo", "--config", str(d / "mcp.yaml")]
+
+    def fifo_manifest(d):
+        d.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(d / "zoo.yaml")
+        return ["zoo", str(d / "zoo.yaml"), "--output", "OUT/repo", "--cache", "OUT/cache"]
+
+    def dev_zero_config(d):
+        return ["convert", "--input", _good(d), "--target", T, "--output", "OUT/repo", "--config", "/dev/zero"]
+
+    def output_empty(d):
+        return ["convert", "--input", _good(d), "--target", T, "--output", ""]
+
+    def output_under_file(d):
+        src = _good(d)
+        return ["convert", "--input", src, "--target", T, "--output", f"{src}/repo"]
+
+    def mcpir_under_file(d):
+        src = _good(d)
+        return ["convert", "--input", src, "--output", f"{src}/m.mcpir"]
+
+    def report_under_proc(d):
+        return ["convert", "--input", _good(d), "--target", T, "--output", "OUT/repo", "--report", "/proc/mcp.json"]
+
+    def existing_mcpir(d):
+        src = _good(d)
+        (d / "m.mcpir").write_bytes(b"keep me")
+        return ["convert", "--input", src, "--output", str(d / "m.mcpir")]
+
+    def huge_static_dim(d):
+        m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [1, 2**40])], [_vi("y", [1, 2**40])])
+        return ["convert", "--input", _good(d, m), "--target", T, "--output", "OUT/repo", "--verify"]
+
+    def huge_warmup(d):
+        return ["convert", "--input", _good(d, _symbolic_t()), "--target", T, "--output", "OUT/repo",
+                "--warmup", "--warmup-dims", "T=2147483647"]
+
+    return {
+        "fifo_input": fifo_input, "fifo_config": fifo_config, "fifo_manifest": fifo_manifest,
+        "dev_zero_config": dev_zero_config,
+        "config_too_big": lambda d: _config(d, b"# padding\n" * 200_000),
+        "config_deep_nesting": lambda d: _config(d, b"max_batch_size: " + b"[" * 20_000),
+        "config_not_utf8": lambda d: _config(d, b"max_batch_size: 4\nkind: \xff\xfe\n"),
+        "config_nul_byte": lambda d: _config(d, b"max_batch_size: 4\n\0\n"),
+        "config_int_overflow": lambda d: _config(d, b"max_batch_size: 99999999999999999999\n"),
+        "dims_unicode_digit": lambda d: ["convert", "--input", _good(d), "--target", T, "--output", "OUT/repo",
+                                         "--verify", "--dims", "N=\u00b2"],
+        "dims_too_big": lambda d: ["convert", "--input", _good(d), "--target", T, "--output", "OUT/repo",
+                                   "--verify", "--dims", "N=99999999999999999999"],
+        "dims_unknown_symbol": lambda d: ["convert", "--input", _good(d), "--target", T, "--output", "OUT/repo",
+                                          "--verify", "--dims", "NN=2"],
+        "dims_without_verify": lambda d: ["convert", "--input", _good(d), "--target", T, "--output", "OUT/repo",
+                                          "--dims", "N=2"],
+        "huge_static_dim_verify": huge_static_dim, "huge_warmup_dims": huge_warmup,
+        "output_empty": output_empty, "output_under_file": output_under_file,
+        "output_under_proc": lambda d: ["convert", "--input", _good(d), "--target", T, "--output", "/proc/mcp-repo"],
+        "mcpir_under_file": mcpir_under_file, "report_under_proc": report_under_proc,
+        "existing_mcpir_without_force": existing_mcpir,
+        "opset_below_the_model": lambda d: ["convert", "--input", _good(d), "--target", T, "--output", "OUT/repo",
+                                            "--opset", "11"],
+        "disable_pass_without_pipeline": lambda d: ["convert", "--input", _good(d), "--output", "OUT/m.mcpir",
+                                                    "--disable-pass", "fold-constants"],
+    }
+
+
+def build_cli(out: Path) -> dict[str, list[str]]:
+    """Write every command-line case under `out`; returns case name -> its arguments."""
+    made = {}
+    for name, make in cli_cases().items():
+        (out / name).mkdir(parents=True)
+        made[name] = make(out / name)
+    return made
 
 
 def build(out: Path) -> dict[str, Path]:

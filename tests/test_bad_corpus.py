@@ -39,14 +39,21 @@ finally:
 '''
 
 
-def _run_case(name: str, src: Path, tmp: Path) -> dict:
+def _run_case(name: str, src: Path | list[str], tmp: Path) -> dict:
+    """A model case (src: the file to convert) or a command-line case (src: the arguments, with
+    OUT for the folder it may write into)."""
     out = tmp / "out" / name
     out.mkdir(parents=True)
     audit = tmp / "audit" / f"{name}.json"
     audit.parent.mkdir(exist_ok=True)
     env = dict(os.environ, MCP_AUDIT_LOG=str(audit))
-    cmd = [sys.executable, "-c", AUDITED, "-", "convert", "--input", str(src), "--target",
-           "triton-v1.12", "--output", str(out / "repo")]
+    if isinstance(src, list):
+        args = [str(out) + a[3:] if a.startswith("OUT/") else a for a in src]
+        folder = tmp / "cli" / name
+    else:
+        args = ["convert", "--input", str(src), "--target", "triton-v1.12", "--output", str(out / "repo")]
+        folder = src.parent
+    cmd = [sys.executable, "-c", AUDITED, "-", *args]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
@@ -54,13 +61,13 @@ def _run_case(name: str, src: Path, tmp: Path) -> dict:
     opened = json.loads(audit.read_text()) if audit.exists() else []
     return {"name": name, "rc": r.returncode, "stderr": r.stderr, "stdout": r.stdout,
             "written": sorted(str(p.relative_to(out)) for p in out.rglob("*")), "opened": opened,
-            "folder": str(src.parent)}
+            "folder": str(folder)}
 
 
 @pytest.fixture(scope="module")
 def corpus_results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("corpus")
-    cases = bad_inputs.build(tmp / "cases")
+    cases = {**bad_inputs.build(tmp / "cases"), **bad_inputs.build_cli(tmp / "cli")}
     with ThreadPoolExecutor(2) as ex:
         results = list(ex.map(lambda kv: _run_case(kv[0], kv[1], tmp), cases.items()))
     print(f"\nbad-input corpus: {len(results)} cases")
@@ -69,6 +76,7 @@ def corpus_results(tmp_path_factory):
 
 def test_corpus_is_large(corpus_results):
     assert len(corpus_results) >= 50
+    assert sum(r["name"] in bad_inputs.cli_cases() for r in corpus_results) >= 20
 
 
 def test_every_case_fails_cleanly(corpus_results):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,24 +26,30 @@ def _manifest(tmp_path: Path, text: str) -> Path:
 
 
 def _local_zoo(tmp_path: Path, extra: str = "") -> Path:
+    # the models beside the manifest: sources outside its folder need --allow-outside-paths
     det, rec, cls = zoo_models()
+    models = tmp_path / "models"
+    models.mkdir(exist_ok=True)
+    for name, src in (("mlp.onnx", GOLDEN / "mlp" / "model.onnx"), ("convnet.onnx", GOLDEN / "convnet" / "model.onnx"),
+                      ("det.onnx", det), ("cls.onnx", cls)):
+        shutil.copyfile(src, models / name)
     return _manifest(tmp_path, f"""
 defaults:
   target: triton-v1.12
   serving: {{max_batch_size: 4}}
 models:
   - name: mlp
-    source: {{path: {GOLDEN / 'mlp' / 'model.onnx'}}}
+    source: {{path: models/mlp.onnx}}
     verify_dims: {{N: 3}}
   - name: convnet
-    source: {{path: {GOLDEN / 'convnet' / 'model.onnx'}}}
+    source: {{path: models/convnet.onnx}}
     verify_dims: {{N: 1, H: 16, W: 16}}
   - name: det
-    source: {{path: {det}}}
+    source: {{path: models/det.onnx}}
     serving: {{dynamic_batch: false}}
     verify_dims: {{p2o.DynamicDimension.0: 1, p2o.DynamicDimension.1: 64, p2o.DynamicDimension.2: 64}}
   - name: cls
-    source: {{path: {cls}}}
+    source: {{path: models/cls.onnx}}
     verify_dims: {{"?": 48}}
 {extra}""")
 
@@ -108,9 +115,27 @@ def test_a_failing_model_does_not_stop_the_others(tmp_path):
     assert "4 converted, 0 cached, 2 failed" in r.stdout
     assert "error: broken:" in r.stderr and "not a valid ONNX protobuf" in r.stderr
     assert "error: missing:" in r.stderr and "does not exist" in r.stderr
+    assert "internal error" not in r.stderr  # the exit code is the command's, not a caught Exit
+    assert (r.stdout + r.stderr).count("not a valid ONNX protobuf") == 1  # each failure said once
     suite = ET.parse(tmp_path / "j.xml").getroot()
     assert suite.get("failures") == "2"
     assert sorted(p.name for p in (tmp_path / "repo").iterdir() if p.is_dir()) == ["cls", "convnet", "det", "mlp"]
+
+
+@pytest.mark.parametrize("where", ["parent", "absolute", "symlink"])
+def test_sources_stay_inside_the_manifest_folder(tmp_path, where):
+    outside = tmp_path / "outside.onnx"
+    shutil.copyfile(GOLDEN / "mlp" / "model.onnx", outside)
+    (tmp_path / "zoo").mkdir()
+    if where == "symlink":
+        (tmp_path / "zoo" / "link.onnx").symlink_to(outside)
+    path = {"parent": "../outside.onnx", "absolute": str(outside), "symlink": "link.onnx"}[where]
+    man = _manifest(tmp_path / "zoo", f"models:\n  - name: m\n    source: {{path: {path}}}\n")
+    r = _zoo(str(man), "-o", str(tmp_path / "repo"), "--cache", str(tmp_path / "cache"))
+    assert r.returncode == 2 and "outside the manifest's folder" in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and not (tmp_path / "repo").exists()
+    r = _zoo(str(man), "-o", str(tmp_path / "repo"), "--cache", str(tmp_path / "cache"), "--allow-outside-paths")
+    assert r.returncode == 0, r.stderr
 
 
 def test_shards_split_the_zoo(tmp_path):

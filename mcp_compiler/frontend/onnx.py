@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,6 +185,10 @@ def _all_tensor_protos(proto: onnx.ModelProto):
             yield from attrs(n.attribute, 0)
 
 
+_EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum"})
+_DIGITS = re.compile(r"[0-9]{1,20}")
+
+
 class _ExternalData:
     """Checks and maps external-data files; nothing outside `base` is ever opened."""
 
@@ -196,6 +201,10 @@ class _ExternalData:
 
     def resolve(self, t: onnx.TensorProto) -> tuple[Path, int, int | None]:
         info = self._entries(t)
+        unknown = sorted(set(info) - _EXTERNAL_KEYS)
+        if unknown:
+            raise InvalidModelError(None, f"tensor {t.name!r}: unknown external data key {unknown[0]!r} "
+                                          f"(onnxruntime knows {', '.join(sorted(_EXTERNAL_KEYS))})")
         loc = info.get("location", "")
         where = f"tensor {t.name!r}: external data location {loc!r}"
         if not loc or "\x00" in loc:
@@ -217,13 +226,14 @@ class _ExternalData:
             raise InvalidModelError(None, f"{where} is not a regular file")
         if st.st_nlink > 1:
             raise InvalidModelError(None, f"{where} is a hard link (refused: it may alias a file outside)")
-        try:
-            offset = int(info.get("offset", "0"))
-            length = int(info["length"]) if "length" in info else None
-        except ValueError:
-            raise InvalidModelError(None, f"tensor {t.name!r}: external data offset/length are not integers") from None
-        if offset < 0 or (length is not None and length < 0):
-            raise InvalidModelError(None, f"tensor {t.name!r}: negative external data offset/length")
+        # ASCII digits only, as onnxruntime parses them: int() would also take " 256 ", "+256",
+        # "2_56" and other scripts' digits, which onnxruntime rejects
+        for key in ("offset", "length"):
+            if key in info and not _DIGITS.fullmatch(info[key]):
+                raise InvalidModelError(None, f"tensor {t.name!r}: external data {key} {info[key]!r} is not a "
+                                              "non-negative decimal integer")
+        offset = int(info.get("offset", "0"))
+        length = int(info["length"]) if "length" in info else None
         size = st.st_size
         if length is None:
             length = size - offset

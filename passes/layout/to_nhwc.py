@@ -10,6 +10,7 @@ from .._infra import Pass, PassContext, PassResult, Property
 from .._rewrite import const, fresh_name, new_constant, value_names
 
 TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+ORIGINAL_LAYOUT = "mcp:original_layout"   # on an interface value already NHWC in the original
 
 # Ops that read an NCHW tensor's axes as N, C, spatial: what makes a 4-D value an image.
 SPATIAL = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
@@ -112,6 +113,7 @@ class LayoutNhwcPass(Pass):
                 continue
             if x.uses and all(_is_transpose(n, TO_NCHW) for n, _ in x.uses):
                 x.layout = Layout.NHWC
+                x.metadata_props[ORIGINAL_LAYOUT] = "NHWC"   # the original's too: verify feeds it as is
                 already.append(x.name)
             elif _reaches_spatial_down(x):
                 converted_in.append(x.name)

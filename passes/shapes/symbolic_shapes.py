@@ -73,6 +73,9 @@ class Inference:
         self.facts = Facts()
         self.fresh = 0
         self.no_rule: Counter[str] = Counter()
+        # a graph output's contract is what the model returns: where inference proves the declared
+        # shape wrong, the inferred one wins (Triton would otherwise reject every response)
+        self.outputs = {id(v) for v in g.outputs}
 
     def symbol(self, base: str) -> str:
         name = "".join(c if c.isalnum() or c == "_" else "_" for c in base) or "d"
@@ -132,14 +135,23 @@ class Inference:
                 return None
             ours = (None,) * len(stated)
         elif stated is not None and len(stated) != len(ours):
-            self.facts.conflicts.append(f"{v.name!r}: rank {len(ours)} inferred, {len(stated)} declared")
-            ours = (None,) * len(stated)
+            if id(v) in self.outputs:
+                self.facts.conflicts.append(f"{v.name!r}: rank {len(ours)} inferred, {len(stated)} declared; "
+                                            "the output contract uses the inferred shape")
+                stated = None
+            else:
+                self.facts.conflicts.append(f"{v.name!r}: rank {len(ours)} inferred, {len(stated)} declared")
+                ours = (None,) * len(stated)
         out = []
         for axis, d in enumerate(ours):
             s = stated[axis] if stated is not None else None
             if isinstance(d, int) and isinstance(s, int) and d != s:
-                self.facts.conflicts.append(f"{v.name!r} axis {axis}: {d} inferred, {s} declared")
-                d = s
+                if id(v) in self.outputs:
+                    self.facts.conflicts.append(f"{v.name!r} axis {axis}: {d} inferred, {s} declared; "
+                                                "the output contract uses the inferred size")
+                else:
+                    self.facts.conflicts.append(f"{v.name!r} axis {axis}: {d} inferred, {s} declared")
+                    d = s
             elif d is None or (isinstance(s, int) and not isinstance(d, int)):
                 d = s if not unnamed(s) else self.symbol(f"{v.name}_d{axis}")
             out.append(A.norm(d))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
 from google.protobuf import text_format
@@ -127,8 +128,11 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams) -> tup
               "tensor_parallel_size": str(p.tensor_parallel_size)}
     layouts = {v.name: Layout(v.layout).name for v in [*inputs, *outputs] if v.layout != Layout.NONE}
     if layouts:
-        # the interface's layout contract (layout-nhwc); `mcp-cli verify` reads it
-        params["mcp_layouts"] = json.dumps(layouts, sort_keys=True)
+        # the interface values whose layout differs from the original's (layout-nhwc); `mcp-cli
+        # verify` transposes those, and feeds an input that was NHWC already as it is
+        changed = {v.name: Layout(v.layout).name for v in [*inputs, *outputs] if v.layout != Layout.NONE
+                   and v.metadata_props.get("mcp:original_layout") != Layout(v.layout).name}
+        params["mcp_layouts"] = json.dumps(changed, sort_keys=True)
         for c in cfg.input:
             if len(c.dims) != 3:   # Triton takes a format only on [C,H,W]-ranked (batched) dims
                 continue
@@ -155,6 +159,9 @@ def _queue_policy(q, p: ServingParams) -> None:  # noqa: ANN001
         q.allow_timeout_override = True
 
 
+WARMUP_LIMIT = 256 << 20   # bytes of one warm-up input: Triton allocates it at every load
+
+
 def _warmup(cfg: mc.ModelConfig, model: Model, batched: bool, p: ServingParams) -> None:
     w = cfg.model_warmup.add(name="mcp_contract_warmup", batch_size=1 if batched else 0)
     inputs, _ = interface(model)
@@ -170,6 +177,10 @@ def _warmup(cfg: mc.ModelConfig, model: Model, batched: bool, p: ServingParams) 
             else:
                 raise UsageError(f"model_warmup: input {v.name!r} has dim {d}; give its size with "
                                  f"warmup_dims (e.g. warmup_dims: {{{d}: 64}})")
+        size = DataType(t.elem_type).nbytes(math.prod(dims))
+        if size > WARMUP_LIMIT:
+            raise UsageError(f"model_warmup: input {v.name!r} at dims {dims} would be {size} bytes, over "
+                             f"the {WARMUP_LIMIT >> 20} MiB limit; give smaller warmup_dims")
         inp = w.inputs[v.name]
         inp.data_type = TRITON_DTYPES[t.elem_type]
         inp.dims.extend(dims)

@@ -17,7 +17,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from mcp_compiler.errors import OutputExistsError, UsageError
+from mcp_compiler.errors import LoadCheckError, McpError, OutputError, OutputExistsError, UsageError
+from mcp_compiler.files import follow_umask, write_error
 from mcp_compiler.ir import Model
 from mcp_compiler.lower import to_onnx
 from mcp_compiler.mcpir import write_mcpir
@@ -50,25 +51,26 @@ def write_runtime(dest: Path) -> list[Path]:
 
 def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params: ServingParams,
                     version: int = 1) -> EmitResult:
+    """Write DIR/NAME. Nothing is created until the config is built; the staged entry is loaded by
+    the target's runtime (unless options.load_check is off) and handed to options.check before it
+    replaces anything; on any failure no entry, staging folder or new empty DIR is left behind."""
     name = check_name(options.name if options.name is not None else "model")
     if options.backend not in ("python", "onnxruntime"):
         raise UsageError(f"--backend must be python or onnxruntime, got {options.backend!r}")
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"--output {out_dir} exists and is not a directory")
-    out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / name
     if final.resolve().parent != out_dir.resolve():
         raise UsageError(f"model name {name!r} escapes the repository {out_dir}")
     if final.exists() and not options.force:
         raise OutputExistsError(f"{final} exists; pass --force to replace it")
     cfg, warnings = build_config(model, name, options.backend, params)
-    staging, warn = _staging_dir(out_dir)
-    warnings += warn
-    _remove_stale(staging, name)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{name}.{os.getpid()}.", suffix=".tmp", dir=staging))
+    made = _make_dirs(out_dir)
+    staging = tmp = None
     try:
-        tmp.chmod(0o755)  # mkdtemp makes it 0700; a server running as another user must read it
+        staging, tmp, warn = _stage(out_dir, name)
+        warnings += warn
         vdir = tmp / str(version)
         vdir.mkdir()
         if options.backend == "python":
@@ -79,34 +81,109 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
         else:
             _write_onnx(model, vdir / "model.onnx")
         (tmp / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")
-        files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
+        if options.load_check:
+            load_check(vdir, options.backend)
+        if options.check is not None:
+            options.check(tmp)
+        files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
         with _locked(out_dir):
             if final.exists() and not options.force:  # another convert got there first
                 raise OutputExistsError(f"{final} exists; pass --force to replace it")
             _swap_in(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as e:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _tidy(staging, made, out_dir)
+        if isinstance(e, OSError):
+            raise write_error(final, e) from None
         raise
+    _tidy(staging, [], out_dir)
     return EmitResult(final, files, cfg, warnings)
+
+
+def load_check(vdir: Path, backend: str) -> None:
+    """The entry's model loads in the runtime that will serve it (a session made and dropped, no
+    prepacked copies): a model onnxruntime refuses never becomes a finished entry."""
+    from mcp_compiler.session import quiet_options
+
+    try:
+        if backend == "python":
+            from mcp_compiler.verify import load_runtime
+
+            load_runtime(vdir).MCPIRModel(vdir / "model.mcpir", options=quiet_options(prepack=False),
+                                          prepack=False)
+        else:
+            import onnxruntime as ort
+
+            ort.InferenceSession(str(vdir / "model.onnx"), quiet_options(prepack=False),
+                                 providers=["CPUExecutionProvider"])
+    except McpError:
+        raise
+    except Exception as e:  # noqa: BLE001 - onnxruntime's errors are not importable alike
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise LoadCheckError(f"the emitted model does not load in {'the serving runtime' if backend == 'python' else 'onnxruntime'}"
+                             f": {first} (--no-load-check skips this check)") from None
 
 
 def install_entry(src: Path, out_dir: Path, name: str) -> Path:
     """Copy a finished entry (e.g. from a cache) into the repository as DIR/NAME, replacing any
     entry there, with the same staging and locking as a convert."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / check_name(name)
-    staging, _ = _staging_dir(out_dir)
-    _remove_stale(staging, name)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{name}.{os.getpid()}.", suffix=".tmp", dir=staging))
+    made = _make_dirs(out_dir)
+    staging = tmp = None
     try:
-        tmp.chmod(0o755)
-        shutil.copytree(src, tmp, dirs_exist_ok=True)
+        staging, tmp, _ = _stage(out_dir, name)
+        shutil.copytree(src, tmp, dirs_exist_ok=True, copy_function=shutil.copyfile)
+        for d in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:
+            follow_umask(d, directory=True)  # copytree copied the cache's folder modes
         with _locked(out_dir):
             _swap_in(tmp, final)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _tidy(staging, made, out_dir)
         raise
+    _tidy(staging, [], out_dir)
     return final
+
+
+def _make_dirs(out_dir: Path) -> list[Path]:
+    """mkdir -p out_dir; the folders it made, innermost first (to remove them after a failure)."""
+    made = []
+    p = out_dir.absolute()
+    while not p.exists():
+        made.append(p)
+        p = p.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return made
+
+
+def _stage(out_dir: Path, name: str) -> tuple[Path, Path, list[str]]:
+    """(staging folder, a fresh folder in it for this entry, warnings)."""
+    for _ in range(5):
+        staging, warn = _staging_dir(out_dir)
+        _remove_stale(staging, name)
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=f"{name}.{os.getpid()}.", suffix=".tmp", dir=staging))
+        except FileNotFoundError:  # another convert removed the (then empty) staging folder
+            continue
+        follow_umask(tmp, directory=True)  # mkdtemp makes 0700: a server running as another user must read it
+        return staging, tmp, warn
+    raise OutputError(f"cannot make a staging folder beside {out_dir}")
+
+
+def _tidy(staging: Path | None, made: list[Path], out_dir: Path) -> None:
+    """Remove the staging folder when empty, and the repository folders this emit made when a
+    failure left them with nothing but the lock file."""
+    if staging is not None:
+        with contextlib.suppress(OSError):
+            staging.rmdir()
+    if made and made[0] == out_dir.absolute():
+        with contextlib.suppress(OSError):
+            (out_dir / ".mcp-cli.lock").unlink()
+    for d in made:
+        with contextlib.suppress(OSError):
+            d.rmdir()
 
 
 def _staging_dir(out_dir: Path) -> tuple[Path, list[str]]:
@@ -123,7 +200,7 @@ def _staging_dir(out_dir: Path) -> tuple[Path, list[str]]:
 
 def _remove_stale(staging: Path, name: str) -> None:
     """Staging folders of converts that died (their pid is gone)."""
-    for p in staging.glob(f"{name}.*.tmp"):
+    for p in staging.glob(f"{name}.*.tmp*"):  # and the .old entry a swap had moved aside
         pid = p.name[len(name) + 1:].split(".", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True)

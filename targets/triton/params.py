@@ -6,9 +6,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from mcp_compiler.errors import UsageError, yaml_usage_error
+from mcp_compiler.errors import UsageError
 
 QUANTIZATION_LEVELS = ("none", "fp8", "int4")
+INT32_MAX = 2**31 - 1
 
 
 @dataclass
@@ -33,6 +34,8 @@ class ServingParams:
         def positive(name: str, v: int | None, allow_zero: bool = False) -> None:
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (0 if allow_zero else 1)):
                 raise UsageError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} integer, got {v!r}")
+            if v is not None and v > INT32_MAX:  # config.pbtxt's fields are int32
+                raise UsageError(f"{name} must be at most {INT32_MAX}, got {v}")
 
         positive("max_batch_size", self.max_batch_size)
         positive("max_queue_delay_us", self.max_queue_delay_us, allow_zero=True)
@@ -61,16 +64,10 @@ _FIELDS = {f.name: f for f in fields(ServingParams)}
 
 def load_build_file(path: Path) -> dict[str, Any]:
     """The `serving:` keys of a YAML build file (mcp.yaml); unknown keys are errors."""
-    import yaml
+    from mcp_compiler.files import parse_yaml, read_config
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"--config {path}: {e.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise yaml_usage_error(f"--config {path}", e) from None
+    text = read_config(path, "--config")
+    data = parse_yaml(text, f"--config {path}")
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -37,15 +37,22 @@ def entries(tmp_path_factory):
     m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, m.graph.initializer[0].name))
     onnx.save(m, d / "mlp2.onnx")
     convert(d / "mlp2.onnx", d / "repo2", ConvertOptions(target="triton-v1.12", name="mlp"))
+    truncated = d / "truncated" / "mlp"
+    shutil.copytree(d / "repo" / "mlp", truncated)
+    data = (truncated / "1" / "model.mcpir").read_bytes()
+    (truncated / "1" / "model.mcpir").write_bytes(data[:len(data) // 2])  # caught before uploading
     broken = d / "broken" / "mlp"
     shutil.copytree(d / "repo" / "mlp", broken)
-    (broken / "1" / "model.mcpir").write_bytes(b"\0" * 64)  # fails in initialize
+    py = (broken / "1" / "model.py").read_text()  # passes every local check, fails in initialize
+    (broken / "1" / "model.py").write_text(py.replace("    def initialize(self, args):\n",
+                                                      "    def initialize(self, args):\n        raise RuntimeError('no weights here')\n"))
     bad_smoke = d / "badsmoke" / "mlp"
     shutil.copytree(d / "repo" / "mlp", bad_smoke)
     py = (bad_smoke / "1" / "model.py").read_text()
     (bad_smoke / "1" / "model.py").write_text(py.replace("    def execute(self, requests):\n",
                                                          "    def execute(self, requests):\n        raise RuntimeError('boom')\n"))
     return {"v1": d / "repo" / "mlp", "v2": d / "repo2" / "mlp", "broken": broken, "bad_smoke": bad_smoke,
+            "truncated": truncated,
             "mlp2": d / "mlp2.onnx"}
 
 
@@ -93,10 +100,15 @@ def test_deploy_redeploy_broken_rollback(server, entries, env, protocol):
     r = _cli("deploy", str(entries["v2"]), *base, "--version", "2", env=env)
     assert r.returncode == 0 and "(replacing v1)" in r.stdout, r.stderr
     np.testing.assert_allclose(_infer(url, protocol, X), ort_run(entries["mlp2"], {"x": X})[0], rtol=1e-6)
-    # a model that fails to load: the server's reason, exit 1, and v2 keeps serving
+    # a truncated .mcpir: refused before anything is sent (exit 2), v2 keeps serving
+    r = _cli("deploy", str(entries["truncated"]), *base, "--version", "3", env=env)
+    assert r.returncode == 2 and "model.mcpir" in r.stderr and "truncated" in r.stderr, r.stderr
+    # a model that fails to load on the server: a load failure (not "cannot reach"), the
+    # server's reason, exit 1, and v2 keeps serving
     r = _cli("deploy", str(entries["broken"]), *base, "--version", "3", env=env)
     assert r.returncode == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
-    assert "still serving" in r.stderr and "not an MCP-IR file" in r.stderr
+    assert "failed to load mlp v3" in r.stderr and "cannot reach" not in r.stderr, r.stderr
+    assert "still serving" in r.stderr and "no weights here" in r.stderr
     np.testing.assert_allclose(_infer(url, protocol, X), ort_run(entries["mlp2"], {"x": X})[0], rtol=1e-6)
     # loads, but the smoke inference fails: rolled back to the last good deploy on request
     r = _cli("deploy", str(entries["bad_smoke"]), *base, "--version", "4", "--rollback-on-failure", env=env)
@@ -107,6 +119,10 @@ def test_deploy_redeploy_broken_rollback(server, entries, env, protocol):
     r = _cli("undeploy", "mlp", *base, env=env)
     assert r.returncode == 0
     assert "no models" in _cli("status", *base, env=env).stdout
+    # unloaded already, or never there: exit 1, said so
+    for name in ("mlp", "nosuchmodel"):
+        r = _cli("undeploy", name, *base, env=env)
+        assert r.returncode == 1 and "not loaded on the server" in r.stderr, r.stderr
 
 
 def test_dry_run_sends_nothing_and_hides_the_token(server, entries, env):
@@ -114,6 +130,15 @@ def test_dry_run_sends_nothing_and_hides_the_token(server, entries, env):
     assert r.returncode == 0 and "1/model.mcpir" in r.stdout and "mcp-api-key: ***" in r.stdout
     assert "s3cr3t" not in r.stdout + r.stderr
     assert "no models" in _cli("status", "--url", server.grpc_url, env=env).stdout
+
+
+def test_unknown_backend_is_refused_before_uploading(entries, env, tmp_path):
+    odd = tmp_path / "odd" / "mlp"
+    shutil.copytree(entries["v1"], odd)
+    cfg = (odd / "config.pbtxt").read_text()
+    (odd / "config.pbtxt").write_text(cfg.replace('backend: "python"', 'backend: "tensorrt_llm"'))
+    r = _cli("deploy", str(odd), "--url", "127.0.0.1:1", env=env)  # no server needed: refused locally
+    assert r.returncode == 2 and "backend 'tensorrt_llm'" in r.stderr, r.stderr
 
 
 def test_unreachable_and_bad_flags(entries, env):

@@ -175,3 +175,57 @@ def test_cli_serve_help():
 
     r = CliRunner().invoke(app, ["serve", "--help"])
     assert r.exit_code == 0 and "127.0.0.1" in r.output
+
+
+def _serve(args: list[str], tmpdir, until: str | None, timeout: float = 90.0):
+    """Run `mcp-cli serve ARGS` with TMPDIR=tmpdir; once a stdout line contains `until`, Ctrl-C it.
+    Returns (exit code, stdout, stderr)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, TMPDIR=str(tmpdir))
+    p = subprocess.Popen([sys.executable, "-m", "mcp_compiler.cli", "serve", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    out = []
+    deadline = time.monotonic() + timeout
+    try:
+        while until is not None and time.monotonic() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            out.append(line)
+            if until in line:
+                p.send_signal(signal.SIGINT)
+                break
+        rest, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    return p.returncode, "".join(out) + rest, err
+
+
+def test_cli_serve_ports_and_cleanup(tmp_path):
+    import socket
+
+    from mcp_compiler.serve import HOST, free_port
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    # a port the user gave that is taken: an error naming it, not a server on other ports
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        rc, out, err = _serve([str(repo), "--http-port", str(taken), "--grpc-port", "0"], tmpdir, until=None)
+    assert rc == 2 and err == f"error: --http-port {taken}: the port is in use on {HOST}\n", err
+    # 0: free ports; the gRPC address with its scheme; Ctrl-C stops it and its folder goes
+    grpc = free_port()
+    rc, out, err = _serve([str(repo), "--http-port", "0", "--grpc-port", str(grpc), "--metrics-port", "0"],
+                          tmpdir, until="Ctrl-C stops it")
+    assert rc == 0, err
+    assert f"gRPC     grpc://{HOST}:{grpc}" in out and "HTTP     http://127.0.0.1:" in out
+    assert list(tmpdir.iterdir()) == []  # no mcp-triton-* folder left behind

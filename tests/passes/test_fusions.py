@@ -192,7 +192,7 @@ def test_fold_size_limit_flag_materializes_generated_weights(tmp_path):
     counts = []
     for extra in ([], ["--fold-size-limit", "8"]):
         r = runner.invoke(app, ["convert", "-i", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.mcpir"), "--json",
-                                "--passes", "fold-constants,dead-code-elimination", *extra])
+                                "--passes", "fold-constants,dead-code-elimination", "--force", *extra])
         assert r.exit_code == 0, r.output
         import json
 
