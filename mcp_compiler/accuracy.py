@@ -88,11 +88,22 @@ def load_samples(folder: str | os.PathLike, model: Model) -> list[dict[str, np.n
     return samples
 
 
-def random_samples(model: Model, n: int, dims: dict[str, int], seed: int = 0) -> list[dict[str, np.ndarray]]:
-    from .verify import random_inputs
+def random_samples(reference, n: int, dims: dict[str, int], seed: int = 0) -> list[dict[str, np.ndarray]]:  # noqa: ANN001
+    """`n` input sets the original accepts (mcp_compiler.inputs), probed on it: `reference` is the
+    original ONNX's path, or an IR model (an .mcpir input)."""
+    from .verify import sample_inputs
 
-    rng = np.random.default_rng(seed)
-    return [random_inputs(model, dims, rng) for _ in range(n)]
+    if isinstance(reference, Model):
+        from .session import create_session
+
+        model, sess = reference, create_session(reference)
+    else:
+        from .frontend import load_onnx
+        from .verify import _original
+
+        model, sess = load_onnx(reference, check=False, infer_shapes=False).model, _original(reference)[0]
+    samples, _ = sample_inputs(model, dims, n, seed, run=lambda f: sess.run(None, f))
+    return samples
 
 
 def measure(reference, model: Model, samples: list[dict[str, np.ndarray]], label: str) -> AccuracyReport:  # noqa: ANN001

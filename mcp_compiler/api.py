@@ -41,6 +41,7 @@ class ConvertOptions:
     fold_size_limit: int | None = None  # bytes a folded constant may grow to (None: 1 MiB)
     layout: str = "nchw"                # "nhwc": image inputs/outputs channels-last (layout-nhwc)
     load_check: bool = True             # the target's runtime loads the entry before it is moved in
+    inputs: str | None = None           # .npz (or a folder of them): inputs for --verify and the accuracy report
 
 
 @dataclass
@@ -185,6 +186,8 @@ def _check_flags(options: ConvertOptions, target) -> None:  # noqa: ANN001
         raise UsageError(f"--layout: expected nchw or nhwc, got {options.layout!r}")
     if options.verify and target is None:
         raise UsageError("--verify needs --target (it checks the emitted repository)")
+    if options.inputs is not None and not options.verify and options.quantize is None:
+        raise UsageError("--inputs feeds --verify and the quantization accuracy report; give --verify (or --quantize)")
     if options.verify_dims and not options.verify and options.quantize is None:
         raise UsageError("--dims sizes the inputs of --verify and of the quantization accuracy "
                          "report; give --verify (or --quantize)")
@@ -224,7 +227,7 @@ def _emit(model: Model, target, input, output: Path, options: ConvertOptions,  #
         from .verify import verify
 
         t = time.perf_counter()
-        v = verify(input, entry, dims=options.verify_dims)
+        v = verify(input, entry, dims=options.verify_dims, inputs=options.inputs)
         v.repository = str(Path(output) / name)
         report.verification = {**v.to_dict(), "seconds": round(time.perf_counter() - t, 4)}
         v.raise_if_failed()
@@ -275,16 +278,22 @@ def _check_accuracy(input, fmt: str, model: Model, samples, options: ConvertOpti
     raises AccuracyError (before anything is written) when outside the budget."""
     from .accuracy import check_budget, measure, random_samples
 
+    reference = input if fmt == "onnx" else load_model(input, check=False, infer_shapes=False)[0]
     if samples is not None:
         label = f"{options.calibration_data} ({len(samples)} samples)"
+    elif options.inputs is not None:
+        from .inputs import load_inputs
+
+        original = reference if fmt != "onnx" else load_model(input, check=False, infer_shapes=False)[0]
+        samples = load_inputs(options.inputs, original)
+        label = f"{options.inputs} ({len(samples)} samples)"
     else:
         if options.accuracy_samples < 1:
             if options.accuracy_budget:
                 raise UsageError("--accuracy-budget needs --accuracy-samples >= 1 or --calibration-data")
             return
-        samples = random_samples(model, options.accuracy_samples, options.verify_dims)
-        label = f"random inputs ({len(samples)} samples)"
-    reference = input if fmt == "onnx" else load_model(input, check=False, infer_shapes=False)[0]
+        samples = random_samples(reference, options.accuracy_samples, options.verify_dims)
+        label = f"random inputs the model accepts ({len(samples)} samples)"
     acc = measure(reference, model, samples, label)
     report.quantization["accuracy"] = acc.to_dict()
     try:

@@ -199,7 +199,11 @@ def convert(
     warmup_dims: Optional[str] = typer.Option(None, "--warmup-dims", help="Symbol sizes for the "
                                               "warm-up inputs, e.g. H=64,W=64."),
     verify_: bool = typer.Option(False, "--verify", help="Run `verify` on the result (exit 1 if it fails)."),
-    dims: Optional[str] = typer.Option(None, "--dims", help="Symbol sizes for --verify, e.g. N=2,H=64."),
+    dims: Optional[str] = typer.Option(None, "--dims", help="Symbol sizes for --verify, e.g. N=2,H=64 "
+                                       "(default: sizes the model's ops accept, found from its shapes)."),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", help="Your own inputs for --verify and the "
+                                          "accuracy report: an .npz (arrays named like the inputs) or a "
+                                          "folder of them."),
     passes: Optional[str] = typer.Option(None, "--passes", metavar="NAME[,NAME...]",
                                          help="Run these passes instead of the default pipeline "
                                               "(see `mcp-cli passes`)."),
@@ -232,7 +236,7 @@ def convert(
                                   disabled_passes=set(disable_pass or ()), verify_each=verify_each,
                                   accuracy_budget=parse_budget(accuracy_budget),
                                   accuracy_samples=accuracy_samples, opset=opset, layout=layout,
-                                  load_check=load_check,
+                                  load_check=load_check, inputs=str(inputs) if inputs else None,
                                   fold_size_limit=None if fold_size_limit is None else int(fold_size_limit * 2**20),
                                   calibration_data=str(calibration_data) if calibration_data else None)
         if report_path is not None:
@@ -295,7 +299,9 @@ def verify(
     repository: Path = typer.Option(..., "--repository", "-r", help="The emitted entry: DIR/NAME."),
     samples: int = typer.Option(1, "--samples", min=1, help="Random input sets to compare."),
     dims: Optional[str] = typer.Option(None, "--dims", help="Symbol sizes, e.g. batch=2,H=64 "
-                                       "(default 2 at axis 0, 32 elsewhere)."),
+                                       "(default: sizes the model's ops accept, found from its shapes)."),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", help="Compare on your own inputs: an .npz "
+                                          "(arrays named like the inputs) or a folder of them."),
     rtol: float = typer.Option(1e-3, "--rtol"),
     atol: float = typer.Option(1e-4, "--atol"),
     json_out: bool = JsonOpt,
@@ -307,7 +313,8 @@ def verify(
     def body() -> None:
         from .verify import verify as run_verify
 
-        r = run_verify(input, repository, samples=samples, dims=_parse_dims(dims), rtol=rtol, atol=atol)
+        r = run_verify(input, repository, samples=samples, dims=_parse_dims(dims), rtol=rtol, atol=atol,
+                       inputs=inputs)
         rep.verified(r)
         r.raise_if_failed()
 

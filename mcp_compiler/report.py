@@ -123,11 +123,19 @@ class Reporter:
             self.json({"ok": r.ok, **r.to_dict()})
             return
         ref = "" if getattr(r, "reference", "onnxruntime") == "onnxruntime" else f", original run by {r.reference}"
-        self.out.print(f"verify {r.repository} ({r.backend} backend, {r.samples} sample(s), "
+        inp = r.inputs or {}
+        how = (f", inputs from {inp['from']}" if "from" in inp else
+               f", sizes {', '.join(f'{k}={v}' for k, v in inp['sizes'].items())}" if inp.get("sizes") else "")
+        self.out.print(f"verify {r.repository} ({r.backend} backend, {r.samples} sample(s){how}, "
                        f"atol {r.atol}, rtol {r.rtol}{ref}):", markup=False)
+        for note in inp.get("notes", []):
+            self.out.print(f"  note: {note}", markup=False)
         for o in r.outputs:
+            state = "ok" if o.ok else "FAILED"
+            if o.ok and not o.exercised:
+                state = "ok, NOT EXERCISED (within atol of zero or constant on every sample: give --inputs)"
             self.out.print(f"  {o.name}: max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g}, "
-                           f"cosine {o.cosine:.6f}  {'ok' if o.ok else 'FAILED'}", markup=False)
+                           f"cosine {o.cosine:.6f}  {state}", markup=False)
 
     # -- zoo ----------------------------------------------------------------------------------
     def zoo_progress(self):  # noqa: ANN201 - a context manager yielding the progress callback

@@ -6,7 +6,6 @@ import gc
 import importlib.util
 import itertools
 import json
-import math
 import os
 import sys
 from dataclasses import asdict, dataclass, field
@@ -19,7 +18,6 @@ from .frontend import load_onnx
 from .ir import DataType, TensorType
 
 _counter = itertools.count()
-INPUT_LIMIT = 4 << 30   # bytes of one generated input: a static dim of 2**40 is an error, not a MemoryError
 
 
 @dataclass
@@ -29,6 +27,8 @@ class OutputCheck:
     max_rel: float
     cosine: float
     ok: bool
+    exercised: bool = True      # False: within atol of zero, or constant, on every sample
+    nonfinite: bool = False     # the original gave only NaN/Inf here on every sample
 
 
 @dataclass
@@ -43,6 +43,7 @@ class VerifyReport:
     quantization_level: str = "none"
     reference: str = "onnxruntime"     # what ran the original
     layouts: dict[str, str] = field(default_factory=dict)   # interface values not in the original's layout
+    inputs: dict = field(default_factory=dict)     # how the inputs were made (sizes, domains) or loaded
 
     @property
     def ok(self) -> bool:
@@ -52,6 +53,12 @@ class VerifyReport:
         return {**asdict(self), "ok": self.ok}
 
     def raise_if_failed(self) -> None:
+        nan = [o for o in self.outputs if o.nonfinite]
+        if nan:
+            raise VerificationError(
+                f"{self.repository}: the original model itself gives only NaN/Inf for output "
+                f"{nan[0].name!r} on every sample; nothing can be compared: give inputs it accepts "
+                "with --inputs")
         bad = [o for o in self.outputs if not o.ok]
         if bad:
             o = max(bad, key=lambda x: x.max_abs)
@@ -84,76 +91,36 @@ def _latest_version(model_dir: Path) -> Path:
     return versions[-1][1]
 
 
-def _dim_names(v, axis: int, d) -> list[str]:  # noqa: ANN001
-    """The names a user may size dim `d` of input `v` by: its symbol, and for an unnamed dim (?,
-    -1, none) the fresh symbol `inspect` shows for it (<input>_d<axis>)."""
-    from .passes.shapes.symbolic_shapes import unnamed
-
-    names = [d] if isinstance(d, str) and d else []
-    if unnamed(d):
-        names.append("".join(c if c.isalnum() or c == "_" else "_" for c in f"{v.name}_d{axis}"))
-    return names
-
-
-def input_symbols(model) -> list[str]:  # noqa: ANN001 - an IR Model
-    """The symbolic dims of the model's inputs, in order of appearance."""
-    seen: dict[str, None] = {}
-    for v in model.graph.inputs:
-        t = v.type
-        if v.const is None and isinstance(t, TensorType) and t.shape is not None:
-            for axis, d in enumerate(t.shape):
-                if not isinstance(d, int):
-                    seen.update((n, None) for n in _dim_names(v, axis, d))
-    return list(seen)
-
-
 def check_dims(model, dims: dict[str, int], flag: str = "--dims") -> None:  # noqa: ANN001
-    """A size for a symbol the model does not have is a typo that would check the wrong size."""
-    known = input_symbols(model)
-    unknown = [k for k in dims if k not in known]
-    if unknown:
-        raise UsageError(f"{flag}: the model has no symbol {unknown[0]!r}; its input symbols: "
-                         f"{', '.join(known) or 'none (every input dim is static)'}")
+    """A size for a symbol the model does not have is a typo that would check the wrong size
+    (inputs.plan raises it, listing the model's symbols)."""
+    from .inputs import plan
+
+    if dims:
+        plan(model, dims)
 
 
-def random_inputs(model, dims: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:  # noqa: ANN001
-    feeds = {}
-    for v in model.graph.inputs:
-        if v.const is not None:
-            continue
-        t = v.type
-        if not isinstance(t, TensorType) or t.shape is None:
-            raise UsageError(f"input {v.name!r} has no tensor shape; verify cannot make inputs for it")
-        shape = []
-        for axis, d in enumerate(t.shape):
-            if isinstance(d, int):
-                shape.append(d)
-                continue
-            given = [dims[n] for n in _dim_names(v, axis, d) if n in dims]
-            shape.append(given[-1] if given else 2 if axis == 0 else 32)
-        dt = DataType(t.elem_type)
-        npdt = dt.numpy_dtype
-        size = dt.nbytes(math.prod(shape))
-        if size > INPUT_LIMIT:
-            raise UsageError(f"input {v.name!r} at shape {shape} would be {size} bytes, over the "
-                             f"{INPUT_LIMIT >> 30} GiB limit for generated inputs; give smaller sizes with --dims")
-        if dt == DataType.BOOL:
-            feeds[v.name] = rng.integers(0, 2, shape).astype(bool)
-        elif np.issubdtype(npdt, np.floating):
-            feeds[v.name] = rng.standard_normal(shape).astype(npdt)
-        elif np.issubdtype(npdt, np.integer):
-            feeds[v.name] = rng.integers(0, 3, shape).astype(npdt)
-        else:
-            raise UsageError(f"input {v.name!r}: verify cannot make random {dt.name} data")
-    return feeds
+def sample_inputs(model, dims: dict[str, int], samples: int, seed: int = 0,  # noqa: ANN001
+                  run=None) -> tuple[list[dict], dict]:  # noqa: ANN001
+    """`samples` input sets the model accepts (mcp_compiler.inputs), probed on `run` (the
+    original) when given; and the plan as a dict for reports."""
+    from .inputs import make, plan, probe
+
+    p = plan(model, dims)
+    if run is not None:
+        probe(model, p, run, rng_seed=seed)
+    rng = np.random.default_rng(seed)
+    return [make(model, p, rng) for _ in range(samples)], p.to_dict()
 
 
 def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: int = 1,
            dims: dict[str, int] | None = None, rtol: float = 1e-3, atol: float = 1e-4,
-           seed: int = 0) -> VerifyReport:
-    """Compare the repository entry's outputs with onnxruntime on `input`, on random inputs.
+           seed: int = 0, inputs: str | os.PathLike | None = None) -> VerifyReport:
+    """Compare the repository entry's outputs with onnxruntime on `input`.
 
-    `repository` is DIR/NAME. Symbols not in `dims` get 2 at axis 0 and 32 elsewhere.
+    `repository` is DIR/NAME. The inputs are the user's (`inputs`: an .npz or a folder of them)
+    or made by mcp_compiler.inputs from the model's contracts (`dims` fixes symbol sizes),
+    probed on the original first.
     """
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
@@ -170,19 +137,28 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     backend = cfg.backend or "onnxruntime"
     dims = dict(dims or {})
     model = load_onnx(input, check=False, infer_shapes=False).model
-    check_dims(model, dims)
-    rng = np.random.default_rng(seed)
     report = VerifyReport(str(model_dir), backend, samples, dims, rtol, atol)
     if "quantization_level" in cfg.parameters:
         report.quantization_level = cfg.parameters["quantization_level"].string_value
     # the interface's layout contract: NHWC values are the NCHW original's, transposed
     layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
     report.layouts = layouts
-    feeds = [random_inputs(model, dims, rng) for _ in range(samples)]
-    del model
     # One model in memory at a time (the original's outputs are kept, not its session), and no
     # prepacked weight copies: checking a 2 GB model costs about 2 GB, not 4 or 8.
-    names, wants, report.reference = _run_original(input, feeds)
+    original, report.reference = _original(input)
+    if inputs is not None:
+        from .inputs import load_inputs
+
+        if dims:
+            raise UsageError("--dims sizes generated inputs; with --inputs the arrays give the sizes")
+        feeds = load_inputs(inputs, model)
+        report.inputs = {"from": str(inputs), "samples": len(feeds)}
+    else:
+        feeds, report.inputs = sample_inputs(model, dims, samples, seed, run=lambda f: original.run(None, f))
+    report.samples = len(feeds)
+    del model
+    names, wants = _run_original(original, feeds)
+    del original
     gc.collect()
     run = _emitted_runner(backend, vdir)
     stats: dict[str, list] = {}
@@ -196,7 +172,8 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     for name, rows in stats.items():
         report.outputs.append(OutputCheck(
             name, max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
-            all(r[3] for r in rows)))
+            all(r[3] for r in rows), exercised=any(r[4] for r in rows),
+            nonfinite=all(r[5] for r in rows)))
     return report
 
 
@@ -206,30 +183,34 @@ def _session_options():  # noqa: ANN202 - onnxruntime.SessionOptions
     return quiet_options(prepack=False)
 
 
-def _run_original(input: str | os.PathLike, feeds: list[dict]) -> tuple[list[str], list[list], str]:
-    """The original's output names, its outputs on every sample, and what ran it: onnxruntime, or
-    onnx.reference where onnxruntime has no kernel for one of its ops."""
+def _original(input: str | os.PathLike):  # noqa: ANN202
+    """A session of the original: onnxruntime, or onnx.reference where onnxruntime has no kernel
+    for one of its ops; and which one it is."""
     import onnxruntime as ort
 
     try:
-        original = ort.InferenceSession(str(input), _session_options(), providers=["CPUExecutionProvider"])
-        reference = "onnxruntime"
+        return (ort.InferenceSession(str(input), _session_options(), providers=["CPUExecutionProvider"]),
+                "onnxruntime")
     except Exception as e:  # noqa: BLE001 - no kernel for an op the conversion legalized
         if "NOT_IMPLEMENTED" not in str(e):
             raise UsageError(f"onnxruntime cannot load the original {input}: {str(e).splitlines()[0]}") from None
         from onnx.reference import ReferenceEvaluator
 
-        original = _Reference(ReferenceEvaluator(str(input)))
-        reference = "onnx.reference (onnxruntime has no kernel for an op of the original)"
+        return (_Reference(ReferenceEvaluator(str(input))),
+                "onnx.reference (onnxruntime has no kernel for an op of the original)")
+
+
+def _run_original(original, feeds: list[dict]) -> tuple[list[str], list[list]]:  # noqa: ANN001
+    """The original's output names and its outputs on every sample."""
     wants = []
     for sample in feeds:
         try:
             wants.append(original.run(None, sample))
         except Exception as e:  # noqa: BLE001
-            raise UsageError(f"the original model fails on the random inputs "
+            raise UsageError(f"the original model fails on the inputs "
                              f"({ {k: list(v.shape) for k, v in sample.items()} }): "
-                             f"{str(e).splitlines()[0]}; give symbol sizes with --dims") from None
-    return [o.name for o in original.get_outputs()], wants, reference
+                             f"{str(e).splitlines()[0]}; give symbol sizes with --dims or inputs with --inputs") from None
+    return [o.name for o in original.get_outputs()], wants
 
 
 def _emitted_runner(backend: str, vdir: Path):  # noqa: ANN202 - feeds -> outputs
@@ -257,18 +238,29 @@ class _Reference:
         return [SimpleNamespace(name=n) for n in self.ev.output_names]
 
 
-def _compare(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[float, float, float, bool]:
+def _compare(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[float, float, float, bool, bool, bool]:
+    """(max abs, max rel, cosine, ok, exercised, original non-finite everywhere). Non-finite
+    values must sit at the same positions in both (then they are left out of the numbers); an
+    output entirely within atol of zero, or constant, is not exercised by the sample."""
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape:
-        return float("inf"), float("inf"), 0.0, False
+        return float("inf"), float("inf"), 0.0, False, True, False
     if a.dtype.kind in "OSU" or a.dtype == bool:
         same = bool(np.array_equal(a, b))
-        return (0.0 if same else 1.0), (0.0 if same else 1.0), (1.0 if same else 0.0), same
+        return (0.0 if same else 1.0), (0.0 if same else 1.0), (1.0 if same else 0.0), same, True, False
     fa, fb = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    fin_a, fin_b = np.isfinite(fa), np.isfinite(fb)
+    same_nonfinite = bool(np.array_equal(fin_a, fin_b) and np.array_equal(fa[~fin_a], fb[~fin_b], equal_nan=True))
+    all_nonfinite = bool(fa.size and not fin_a.any())
+    fa, fb = fa[fin_a & fin_b], fb[fin_a & fin_b]
     diff = np.abs(fa - fb)
     max_abs = float(diff.max()) if diff.size else 0.0
     max_rel = float((diff / np.maximum(np.abs(fa), 1e-12)).max()) if diff.size else 0.0
     na, nb = np.linalg.norm(fa), np.linalg.norm(fb)
     cos = float(fa @ fb / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
-    ok = bool(np.allclose(fb, fa, rtol=rtol, atol=atol, equal_nan=True))
-    return max_abs, max_rel, cos, ok
+    ok = same_nonfinite and not all_nonfinite and bool(np.allclose(fb, fa, rtol=rtol, atol=atol))
+    if not same_nonfinite:
+        max_abs = max_rel = float("inf")
+    from .inputs import exercised
+
+    return max_abs, max_rel, cos, ok, exercised(fa, atol), all_nonfinite

@@ -74,6 +74,15 @@ class Facts:
     def __init__(self) -> None:
         self.conflicts: list[str] = []
         self.assumptions: dict[str, None] = {}
+        # What the op needs of the input sizes, as (lhs, op, rhs, where) with op "==", ">" or
+        # ">=": equal dims, a reflect Pad's dim above its pad, a window no larger than its input.
+        # mcp_compiler.inputs solves them to choose sizes the model accepts.
+        self.requires: list[tuple[Dim, str, Dim, str]] = []
+
+    def require(self, site: Site, lhs: Dim, op: str, rhs: Dim, what: str) -> None:
+        if lhs is None or rhs is None or (isinstance(lhs, int) and isinstance(rhs, int)):
+            return
+        self.requires.append((lhs, op, rhs, f"{site.node.op_type} {site.node.name!r}: {what}"))
 
     def unify(self, site: Site, dims: Sequence[Dim], what: str) -> Dim:
         """Dims an op needs equal (broadcast where not 1, contraction, concat side): the one
@@ -87,11 +96,15 @@ class Facts:
                                   f"{' vs '.join(map(str, consts))}")
             return consts[0]
         if consts:
+            for d in known:   # a symbolic dim an op needs equal to a constant is that constant
+                if not isinstance(d, int):
+                    self.require(site, d, "==", consts[0], what)
             return consts[0]
         first = known[0]
         for d in known[1:]:
             if d != first:
                 self.assumptions.setdefault(f"{first} == {d} ({site.node.op_type} {site.node.name!r})")
+                self.require(site, first, "==", d, what)
         return first if len(known) == len(dims) else None
 
 
@@ -140,6 +153,7 @@ def _window(site: Site, spatial: Sequence[Dim], kernel: Sequence[int], transpose
             out.append(A.ceil_div(d, strides[i]))
         else:
             total = 0 if auto == "VALID" else pads[i] + pads[i + n]
+            site.facts.require(site, A.add(d, total), ">=", eff, f"window of {eff} on spatial axis {i}")
             span = A.add(d, total - eff)
             out.append(A.add((A.ceil_div if ceil else A.floor_div)(span, strides[i]), 1))
     return out
@@ -383,8 +397,14 @@ def pad(site: Site) -> list:
     if axes is None:
         return [None]
     out, n = list(x), len(axes)
+    mode = site.attr("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
     for i, a in enumerate(axes):
         a = _axis(a, len(x))
+        if mode == "reflect" and max(pads[i], pads[i + n]) > 0:
+            site.facts.require(site, x[a], ">", max(pads[i], pads[i + n]), f"reflect pad of axis {a}")
+        elif mode in ("edge", "wrap") and max(pads[i], pads[i + n]) > 0:
+            site.facts.require(site, x[a], ">=", 1, f"{mode} pad of axis {a}")
         out[a] = A.add(out[a], pads[i] + pads[i + n])
     return [tuple(out)]
 

@@ -177,7 +177,7 @@ def test_cli_serve_help():
     assert r.exit_code == 0 and "127.0.0.1" in r.output
 
 
-def _serve(args: list[str], tmpdir, until: str | None, timeout: float = 90.0):
+def _serve(args: list[str], tmpdir, until: str | None, timeout: float = 180.0):
     """Run `mcp-cli serve ARGS` with TMPDIR=tmpdir; once a stdout line contains `until`, Ctrl-C it.
     Returns (exit code, stdout, stderr)."""
     import signal
@@ -185,7 +185,7 @@ def _serve(args: list[str], tmpdir, until: str | None, timeout: float = 90.0):
     import sys
     import time
 
-    env = dict(os.environ, TMPDIR=str(tmpdir))
+    env = dict(os.environ, TMPDIR=str(tmpdir), PYTHONUNBUFFERED="1")
     p = subprocess.Popen([sys.executable, "-m", "mcp_compiler.cli", "serve", *args], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env)
     out = []
@@ -197,9 +197,10 @@ def _serve(args: list[str], tmpdir, until: str | None, timeout: float = 90.0):
                 break
             out.append(line)
             if until in line:
-                p.send_signal(signal.SIGINT)
                 break
-        rest, err = p.communicate(timeout=60)
+        if until is not None and p.poll() is None:
+            p.send_signal(signal.SIGINT)
+        rest, err = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
             p.kill()
