@@ -314,4 +314,17 @@ def inspect(path: str | os.PathLike, values: bool = False) -> ModelSummary:
     s.shape_assumptions = list(result.stats["assumptions"])
     s.shape_conflicts = list(result.stats["conflict_list"])
     s.no_shape_rule = dict(result.stats["no_rule"])
+    s.input_sizes = _input_sizes(path)
     return s
+
+
+def _input_sizes(path) -> dict:  # noqa: ANN001
+    """What inputs.plan chooses for each symbol, on a fresh copy (planning folds constants)."""
+    from .errors import McpError
+    from .inputs import plan
+
+    try:
+        p = plan(load_model(path, check=False, infer_shapes=False)[0])
+    except McpError as e:
+        return {"error": str(e)}
+    return {sym: {"size": size, "constraints": p.constraints.get(sym, [])} for sym, size in p.sizes.items()}

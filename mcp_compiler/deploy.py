@@ -26,10 +26,6 @@ from .errors import (InvalidModelError, McpError, ServerAuthError, ServerError, 
 # JSON encoder was seen to crash here, so uploads over HTTP stop there.
 GRPC_UPLOAD_LIMIT = 2**31 - 1 - (16 << 20)
 HTTP_UPLOAD_LIMIT = 1 << 30
-_NP = {"TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_FP64": np.float64, "TYPE_INT8": np.int8,
-       "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64, "TYPE_UINT8": np.uint8,
-       "TYPE_UINT16": np.uint16, "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_BOOL": np.bool_}
-
 
 class DeployError(ServerError):
     """The deploy failed on the server side (load, readiness, smoke inference)."""
@@ -278,31 +274,41 @@ def _wait_ready(c, conn: Connection, name: str, version: int, timeout: float) ->
     raise DeployError(f"{name} v{version} not READY on {conn.describe()} after {timeout:.0f} s (--wait-timeout)")
 
 
-def smoke_inputs(cfg: Any) -> dict[str, np.ndarray]:
-    """Inputs built from the config's contract: symbols as 1, a batch of 1 where batching."""
-    from tritonclient.grpc import model_config_pb2 as mc
+def smoke_inputs(cfg: Any, local: Path) -> dict[str, np.ndarray]:
+    """One request the model accepts (mcp_compiler.inputs: sizes from the model's own shape
+    contracts, probed on it locally), batch 1 where batching."""
+    from .inputs import make, plan, probe
 
-    rng = np.random.default_rng(0)
-    out = {}
-    for i in cfg.input:
-        dtype = mc.DataType.Name(i.data_type)
-        if dtype not in _NP:
-            raise UsageError(f"smoke inference: input {i.name!r} is {dtype}; use --no-smoke")
-        dims = [d if d > 0 else 1 for d in i.dims]
-        if cfg.max_batch_size > 0:
-            dims = [1, *dims]
-        npdt = _NP[dtype]
-        out[i.name] = (rng.standard_normal(dims).astype(npdt) if np.issubdtype(npdt, np.floating)
-                       else np.zeros(dims, npdt))
-    return out
+    model, run = _local_model(cfg, local)
+    p = plan(model, fold=False)
+    probe(model, p, run)
+    feeds = make(model, p, np.random.default_rng(0), batch=1 if cfg.max_batch_size > 0 else None)
+    dims = {i.name: list(i.dims) for i in cfg.input}
+    # a scalar travels as [1] (the config reshapes it to [] for the model)
+    return {k: (v.reshape(1) if v.ndim == 0 and dims[k] == [1] else v) for k, v in feeds.items() if k in dims}
 
 
-def _smoke(c, conn: Connection, cfg: Any, name: str, version: int) -> float:  # noqa: ANN001
+def _local_model(cfg: Any, local: Path):  # noqa: ANN202 - (IR model, feeds -> outputs)
+    from .session import create_session, quiet_options
+
+    if (cfg.backend or cfg.platform) == "python":
+        from .mcpir import read_mcpir
+
+        model = read_mcpir(local / "model.mcpir")
+    else:
+        from .frontend import load_onnx
+
+        model = load_onnx(local / "model.onnx", check=False, infer_shapes=False).model
+    sess = create_session(model, quiet_options(prepack=False))
+    return model, lambda feeds: sess.run(None, feeds)
+
+
+def _smoke(c, conn: Connection, cfg: Any, name: str, version: int, feeds: dict) -> float:  # noqa: ANN001
     from tritonclient.utils import np_to_triton_dtype
 
     mod = __import__("tritonclient.grpc" if conn.protocol == "grpc" else "tritonclient.http", fromlist=["x"])
     inputs = []
-    for k, v in smoke_inputs(cfg).items():
+    for k, v in feeds.items():
         t = mod.InferInput(k, list(v.shape), np_to_triton_dtype(v.dtype))
         t.set_data_from_numpy(v)
         inputs.append(t)
@@ -325,6 +331,8 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
     report = DeployReport(name, v, conn.describe(), total, sorted(k.split(":", 1)[1] for k in files),
                           dry_run=dry_run)
     _check_size(conn, total)
+    # the smoke request is made (and tried locally) before anything is sent
+    feeds = smoke_inputs(cfg, local) if smoke and not dry_run else {}
     if dry_run:
         report.notes.append(f"would load {name} v{v} ({total} bytes) with config {config_json}")
         return report
@@ -351,7 +359,7 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
         report.load_seconds = round(time.perf_counter() - t0, 3)
         if smoke:
             try:
-                report.smoke_seconds = round(_call(conn, f"smoke inference on {name} v{v}", _smoke, c, conn, cfg, name, v), 4)
+                report.smoke_seconds = round(_call(conn, f"smoke inference on {name} v{v}", _smoke, c, conn, cfg, name, v, feeds), 4)
             except McpError as e:
                 raise _after_bad_smoke(c, conn, name, e, report, rollback_on_failure) from None
         _record(conn, name, config_json, files)

@@ -68,7 +68,8 @@ def interface(model: Model) -> list[Value]:
     return [v for v in model.graph.inputs if v.const is None]
 
 
-def plan(model: Model, dims: dict[str, int] | None = None, *, fold: bool = True) -> InputPlan:
+def plan(model: Model, dims: dict[str, int] | None = None, *, fold: bool = True,
+         flag: str = "--dims") -> InputPlan:
     """Sizes and value domains for `model`. `dims` fixes sizes; an unknown symbol in it is a
     UsageError. With `fold`, constant subgraphs are folded first (in place: the interface stays
     as it is), so that computed pads and shapes (torch exports build them from Constant, Concat,
@@ -85,11 +86,14 @@ def plan(model: Model, dims: dict[str, int] | None = None, *, fold: bool = True)
     aliases = _aliases(model, shapes)
     unknown = [k for k in dims if k not in symbols and k not in aliases]
     if unknown:
-        raise UsageError(f"--dims: the model has no symbol {unknown[0]!r}; its input symbols: "
+        raise UsageError(f"{flag}: the model has no symbol {unknown[0]!r}; its input symbols: "
                          f"{', '.join(symbols) or 'none (every input dim is static)'}")
     fixed = {aliases.get(k, k): v for k, v in dims.items()}
     p = InputPlan()
     requires = [r for r in inf.facts.requires if _symbols_of(r[0]) | _symbols_of(r[2]) <= set(symbols)]
+    # a minimum every size meets (a padded 3x3 window) says nothing: left out of the report
+    ones = dict.fromkeys(symbols, 1)
+    requires = [r for r in requires if r[1] == "==" or not _holds([r], ones)]
     for lhs, op, rhs, where in requires:
         for s in sorted(_symbols_of(lhs) | _symbols_of(rhs)):
             p.constraints.setdefault(s, []).append(f"{_fmt(lhs)} {op} {_fmt(rhs)} ({where})")
@@ -276,8 +280,9 @@ def _domain(v: Value) -> tuple[tuple, str]:
 
 
 def make(model: Model, p: InputPlan, rng: np.random.Generator, *, sizes: dict[str, int] | None = None,
-         batch: int | None = None) -> dict[str, np.ndarray]:
-    """One sample for `model` at the plan's sizes (or `sizes`)."""
+         batch: int | None = None, limit: int = INPUT_LIMIT, flag: str = "--dims") -> dict[str, np.ndarray]:
+    """One sample for `model` at the plan's sizes (or `sizes`); an input over `limit` bytes is a
+    UsageError naming `flag`."""
     sizes = p.sizes if sizes is None else sizes
     feeds = {}
     for v in interface(model):
@@ -286,9 +291,9 @@ def make(model: Model, p: InputPlan, rng: np.random.Generator, *, sizes: dict[st
             shape[0] = batch
         dt = DataType(v.type.elem_type)
         size = dt.nbytes(math.prod(shape))
-        if size > INPUT_LIMIT:
+        if size > limit:
             raise UsageError(f"input {v.name!r} at shape {shape} would be {size} bytes, over the "
-                             f"{INPUT_LIMIT >> 30} GiB limit for generated inputs; give smaller sizes with --dims")
+                             f"{limit >> 20} MiB limit for generated inputs; give smaller sizes with {flag}")
         feeds[v.name] = _draw(dt, shape, p._values[v.name], rng, v.name, p.floats)
     return feeds
 

@@ -215,6 +215,16 @@ class Reporter:
                 self.out.print(f"{title}:", markup=False)
                 for line in lines:
                     self.out.print(f"  {line}", markup=False)
+        if s.input_sizes.get("error"):
+            self.out.print(f"input sizes: none found: {s.input_sizes['error']}", markup=False)
+        elif s.input_sizes:
+            self.out.print("input sizes checks use (verify, deploy's smoke test, warm-up):", markup=False)
+            for sym, info in s.input_sizes.items():
+                self.out.print(f"  {sym} = {info['size']}", markup=False)
+                for c in info["constraints"][:6]:
+                    self.out.print(f"    needs {c}", markup=False)
+                if len(info["constraints"]) > 6:
+                    self.out.print(f"    and {len(info['constraints']) - 6} more", markup=False)
         if s.no_shape_rule:
             self.out.print("ops without a shape rule (declared dims kept): "
                            + ", ".join(f"{k} {n}" for k, n in s.no_shape_rule.items()), markup=False)

@@ -39,6 +39,9 @@ class ModelSummary:
     shape_assumptions: list[str] = field(default_factory=list)
     shape_conflicts: list[str] = field(default_factory=list)
     no_shape_rule: dict[str, int] = field(default_factory=dict)
+    # per input symbol: the size checks use (verify, deploy's smoke test, warm-up) and what the
+    # model's ops require of it; "error" when no size satisfies them
+    input_sizes: dict = field(default_factory=dict)
     values: list[ValueSummary] | None = None   # every value's shape (inspect --values)
 
     def to_dict(self) -> dict:

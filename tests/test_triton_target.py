@@ -136,8 +136,10 @@ def test_build_file_and_flags(tmp_path):
     assert q.max_queue_size == 64 and q.default_timeout_microseconds == 250_000
     assert q.timeout_action == mc.ModelQueuePolicy.REJECT
     assert cfg.instance_group[0].count == 3 and cfg.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+    # one warm-up per preferred batch size, at sizes the model accepts
+    assert [w.batch_size for w in cfg.model_warmup] == [4, 8]
     w = cfg.model_warmup[0]
-    assert w.batch_size == 1 and list(w.inputs["x"].dims) == [16] and w.inputs["x"].random_data
+    assert list(w.inputs["x"].dims) == [16] and w.inputs["x"].random_data
 
 
 @pytest.mark.parametrize("text, expect", [

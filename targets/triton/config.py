@@ -6,6 +6,7 @@ import json
 import math
 import re
 
+import numpy as np
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -80,12 +81,18 @@ def _tensor_config(v: Value, batched: bool, cls):  # noqa: ANN001, ANN202
     if t.shape is None:
         raise UnsupportedError(f"model interface value {v.name!r} has unknown rank; Triton needs dims")
     shape = t.shape[1:] if batched else t.shape
+    if len(shape) == 0:
+        # Triton has no scalars in a model without batching: one travels as [1], and the
+        # runtime gives the model [] (the `mcp_scalars` parameter names them)
+        return cls(name=v.name, data_type=TRITON_DTYPES[t.elem_type], dims=[1])
     return cls(name=v.name, data_type=TRITON_DTYPES[t.elem_type],
                dims=[d if isinstance(d, int) else -1 for d in shape])
 
 
-def build_config(model: Model, name: str, backend: str, p: ServingParams) -> tuple[mc.ModelConfig, list[str]]:
-    """The ModelConfig for `model` and the warnings it raised."""
+def build_config(model: Model, name: str, backend: str,
+                 p: ServingParams) -> tuple[mc.ModelConfig, list[str], dict[str, bytes]]:
+    """The ModelConfig for `model`, the warnings it raised, and the files it refers to (warm-up
+    data, relative to the model's folder)."""
     warnings: list[str] = []
     blocker = batch_blocker(model)
     batched = False
@@ -140,14 +147,21 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams) -> tup
                 c.format = mc.ModelInput.FORMAT_NHWC
             elif layouts.get(c.name) == "NCHW":
                 c.format = mc.ModelInput.FORMAT_NCHW
+    scalars = [v.name for v in [*inputs, *outputs] if isinstance(v.type, TensorType)
+               and v.type.shape is not None and len(v.type.shape) == 0]
+    if scalars:
+        if backend != "python":
+            raise UnsupportedError(f"interface value {scalars[0]!r} is a scalar: Triton carries it as [1], and "
+                                   "only the python backend's runtime reshapes it for the model",
+                                   hint="use --backend python")
+        params["mcp_scalars"] = json.dumps(scalars)
     if backend == "python":
         params["mcp_runtime"] = "model.mcpir"
         params["ort_prepack"] = "true" if p.prepack else "false"
     for k, v in params.items():
         cfg.parameters[k].string_value = v
-    if p.model_warmup:
-        _warmup(cfg, model, batched, p)
-    return cfg, warnings
+    files = _warmup(cfg, model, batched, p) if p.model_warmup else {}
+    return cfg, warnings, files
 
 
 def _queue_policy(q, p: ServingParams) -> None:  # noqa: ANN001
@@ -162,29 +176,43 @@ def _queue_policy(q, p: ServingParams) -> None:  # noqa: ANN001
 WARMUP_LIMIT = 256 << 20   # bytes of one warm-up input: Triton allocates it at every load
 
 
-def _warmup(cfg: mc.ModelConfig, model: Model, batched: bool, p: ServingParams) -> None:
-    w = cfg.model_warmup.add(name="mcp_contract_warmup", batch_size=1 if batched else 0)
+def _warmup(cfg: mc.ModelConfig, model: Model, batched: bool, p: ServingParams) -> dict[str, bytes]:
+    """One warm-up request per preferred batch size (batch 1 without), at sizes the model
+    accepts (mcp_compiler.inputs; warmup_dims override them): floats random, integer inputs
+    zeros where 0 is a valid value, else a data file with a value the model accepts (a sample
+    rate compared with 16000). Returns the data files, relative to the model's folder."""
+    from mcp_compiler.inputs import make, plan
+
+    ip = plan(model, dict(p.warmup_dims), fold=False, flag="warmup_dims")
+    files: dict[str, bytes] = {}
     inputs, _ = interface(model)
-    for v in inputs:
-        t = v.type
-        shape = t.shape[1:] if batched else t.shape
-        dims = []
-        for d in shape:
-            if isinstance(d, int):
-                dims.append(d)
-            elif isinstance(d, str) and d in p.warmup_dims:
-                dims.append(p.warmup_dims[d])
-            else:
-                raise UsageError(f"model_warmup: input {v.name!r} has dim {d}; give its size with "
-                                 f"warmup_dims (e.g. warmup_dims: {{{d}: 64}})")
-        size = DataType(t.elem_type).nbytes(math.prod(dims))
-        if size > WARMUP_LIMIT:
-            raise UsageError(f"model_warmup: input {v.name!r} at dims {dims} would be {size} bytes, over "
-                             f"the {WARMUP_LIMIT >> 20} MiB limit; give smaller warmup_dims")
-        inp = w.inputs[v.name]
-        inp.data_type = TRITON_DTYPES[t.elem_type]
-        inp.dims.extend(dims)
-        inp.random_data = True
+    batches = (sorted(set(p.preferred_batch_size)) or [1]) if batched else [0]
+    for b in batches:
+        w = cfg.model_warmup.add(name=f"mcp_warmup_batch_{b}", batch_size=b)
+        sample = make(model, ip, np.random.default_rng(0), batch=b or None, limit=WARMUP_LIMIT,
+                      flag="warmup_dims")
+        for v in inputs:
+            t = v.type
+            data = sample[v.name]
+            dims = list(data.shape[1:] if batched else data.shape) or [1]   # a scalar travels as [1]
+            size = DataType(t.elem_type).nbytes(math.prod(dims))
+            if size > WARMUP_LIMIT:
+                raise UsageError(f"model_warmup: input {v.name!r} at dims {dims} would be {size} bytes, over "
+                                 f"the {WARMUP_LIMIT >> 20} MiB limit; give smaller warmup_dims")
+            inp = w.inputs[v.name]
+            inp.data_type = TRITON_DTYPES[t.elem_type]
+            inp.dims.extend(dims)
+            domain = ip.domains.get(v.name, "")
+            if data.dtype.kind == "f":
+                inp.random_data = True
+            elif "0/1" in domain or "indices below" in domain or "[0, 3)" in domain or data.dtype == bool:
+                inp.zero_data = True
+            else:   # values from a set without 0: one request's worth, from the plan
+                one = data[:1] if batched else data
+                name = f"{v.name}_{b}.bin".replace("/", "_")
+                files[f"warmup/{name}"] = np.ascontiguousarray(one).tobytes()
+                inp.input_data_file = name
+    return files
 
 
 def to_pbtxt(cfg: mc.ModelConfig) -> str:

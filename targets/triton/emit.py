@@ -65,7 +65,7 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
         raise UsageError(f"model name {name!r} escapes the repository {out_dir}")
     if final.exists() and not options.force:
         raise OutputExistsError(f"{final} exists; pass --force to replace it")
-    cfg, warnings = build_config(model, name, options.backend, params)
+    cfg, warnings, cfg_files = build_config(model, name, options.backend, params)
     made = _make_dirs(out_dir)
     staging = tmp = None
     try:
@@ -81,6 +81,9 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
         else:
             _write_onnx(model, vdir / "model.onnx")
         (tmp / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")
+        for rel, data in cfg_files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_bytes(data)
         if options.load_check:
             load_check(vdir, options.backend)
         if options.check is not None:

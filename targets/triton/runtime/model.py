@@ -30,9 +30,12 @@ class TritonPythonModel:
         self.model = MCPIRModel(path, intra_op_threads=threads or None, prepack=prepack)
         self.inputs = [i["name"] for i in cfg["input"]]
         self.outputs = [o["name"] for o in cfg["output"]]
+        # scalars the model takes or gives travel as [1] (Triton has no scalars without batching)
+        self.scalars = set(json.loads(params.get("mcp_scalars", "[]")))
 
     def _feeds(self, request):
-        return {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.inputs}
+        feeds = {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.inputs}
+        return {n: a.reshape(()) if n in self.scalars else a for n, a in feeds.items()}
 
     def execute(self, requests):
         feeds = [self._feeds(r) for r in requests]
@@ -63,7 +66,8 @@ def _stackable(feeds):
 
 
 def _response(names, arrays):
-    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in zip(names, arrays)])
+    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, np.asarray(a).reshape(1) if np.ndim(a) == 0 else a)
+                                                      for n, a in zip(names, arrays)])
 
 
 def _error(e):

@@ -1,0 +1,224 @@
+"""mcp_compiler.inputs: inputs a model accepts, rule by rule on small graphs, each checked by
+running the original in onnxruntime; NaN outputs, outputs not exercised, --inputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from mcp_compiler.errors import UsageError
+from mcp_compiler.frontend import load_onnx
+from mcp_compiler.inputs import load_inputs, make, plan, probe
+
+from _helpers import ort_run
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+CLI = [sys.executable, "-m", "mcp_compiler.cli"]
+
+
+def _model(tmp_path: Path, nodes, inputs, outputs, inits=(), opset=17, name="m") -> Path:
+    m = helper.make_model(helper.make_graph(nodes, name, inputs, outputs, list(inits)),
+                          opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    p = tmp_path / f"{name}.onnx"
+    onnx.save(m, p)
+    return p
+
+
+def _vi(name, shape, dtype=F):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _plan(path: Path, dims=None, run: bool = True):
+    model = load_onnx(path, check=False, infer_shapes=False).model
+    p = plan(model, dims)
+    if run:
+        probe(model, p, lambda feeds: ort_run(path, feeds))
+    return model, p
+
+
+def _sample(path: Path, dims=None):
+    model, p = _plan(path, dims)
+    feeds = make(model, p, np.random.default_rng(0))
+    outs = ort_run(path, feeds)   # the original accepts them: this is the whole point
+    return p, feeds, outs
+
+
+def test_one_size_per_symbol_across_inputs(tmp_path):
+    # a recurrent state [layers, batch, hidden] beside [batch, T]: batch at axis 1 and axis 0
+    w = numpy_helper.from_array(np.ones((1, 24, 8), np.float32) * 0.1, "w")
+    r = numpy_helper.from_array(np.ones((1, 24, 8), np.float32) * 0.1, "r")
+    src = _model(tmp_path, [helper.make_node("GRU", ["x", "w", "r", "", "", "h0"], ["y", "yh"], hidden_size=8)],
+                 [_vi("x", ["T", "batch", 8]), _vi("h0", [1, "batch", 8])], [_vi("yh", [1, "batch", 8])], [w, r])
+    p, feeds, _ = _sample(src)
+    assert feeds["x"].shape[1] == feeds["h0"].shape[1] == p.sizes["batch"]
+
+
+def test_a_symbol_tied_to_a_constant_takes_it(tmp_path):
+    # Concat along axis 1 with a [3, 4] constant: the op needs batch == 3
+    c = numpy_helper.from_array(np.ones((3, 4), np.float32), "c")
+    src = _model(tmp_path, [helper.make_node("Concat", ["x", "c"], ["y"], axis=1)],
+                 [_vi("x", ["batch", 4])], [_vi("y", ["batch", 8])], [c])
+    p, feeds, _ = _sample(src)
+    assert p.sizes == {"batch": 3} and any("== 3" in c for c in p.constraints["batch"])
+
+
+def test_conflicting_constants_are_an_error_naming_them(tmp_path):
+    c3 = numpy_helper.from_array(np.ones((3, 4), np.float32), "c3")
+    c4 = numpy_helper.from_array(np.ones((4, 4), np.float32), "c4")
+    src = _model(tmp_path, [helper.make_node("Concat", ["x", "c3"], ["a"], axis=1, name="cat3"),
+                            helper.make_node("Concat", ["x", "c4"], ["b"], axis=1, name="cat4")],
+                 [_vi("x", ["batch", 4])], [_vi("a", ["batch", 8]), _vi("b", ["batch", 8])], [c3, c4])
+    with pytest.raises(UsageError, match=r"'batch' must equal both 3 and 4 .*cat3.*cat4"):
+        _plan(src, run=False)
+
+
+def test_sizes_solve_the_ops_equalities(tmp_path):
+    # pool by 3, upsample by 3, concat with the input: H and W must be multiples of 3 (32 is not)
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[3, 3]),
+             helper.make_node("Resize", ["p", "", "scales"], ["u"], mode="nearest"),
+             helper.make_node("Concat", ["x", "u"], ["y"], axis=1)]
+    scales = numpy_helper.from_array(np.array([1, 1, 3, 3], np.float32), "scales")
+    src = _model(tmp_path, nodes, [_vi("x", ["N", 2, "H", "W"])], [_vi("y", ["N", 4, "H", "W"])], [scales])
+    p, feeds, _ = _sample(src)
+    assert p.sizes["H"] % 3 == 0 and p.sizes["W"] % 3 == 0 and p.sizes["H"] >= 32
+
+
+def test_reflect_pad_and_window_minimums(tmp_path):
+    # reflect pad of 40 needs T > 40; a window of 50 without padding needs T + 80 >= 50 (already)
+    pads = numpy_helper.from_array(np.array([0, 40, 0, 40], np.int64), "pads")
+    w = numpy_helper.from_array(np.ones((1, 1, 100), np.float32), "w")
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["xp"], mode="reflect"),
+             helper.make_node("Unsqueeze", ["xp", "one"], ["xu"]),
+             helper.make_node("Conv", ["xu", "w"], ["y"])]
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    src = _model(tmp_path, nodes, [_vi("x", ["N", "T"])], [_vi("y", ["N", 1, "L"])], [pads, w, one])
+    p, feeds, _ = _sample(src)
+    assert p.sizes["T"] > 40 and p.sizes["T"] + 80 >= 100
+    assert any("reflect pad" in c for c in p.constraints["T"])
+
+
+def test_lengths_grow_until_the_original_runs(tmp_path):
+    # the same reflect pad inside an If branch: inference cannot see it, the probe finds a length
+    pads = numpy_helper.from_array(np.array([0, 100, 0, 100], np.int64), "pads")
+    then_g = helper.make_graph([helper.make_node("Pad", ["x", "pads"], ["t"], mode="reflect")], "then", [],
+                               [_vi("t", None)])
+    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [], [_vi("e", None)])
+    src = _model(tmp_path, [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                            helper.make_node("Size", ["x"], ["n"]),
+                            helper.make_node("Greater", ["n", "zero"], ["c"]),
+                            helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+                 [_vi("x", ["N", "T"])], [_vi("y", None)], [pads, numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    p, feeds, _ = _sample(src)
+    assert p.sizes["T"] > 100 and len(p.tried) > 1 and "failed" in p.notes[0]
+
+
+def test_indices_stay_inside_what_they_index(tmp_path):
+    # token_type_ids index a 2-row table; input_ids a 50-row one (through a Cast)
+    words = numpy_helper.from_array(np.ones((50, 4), np.float32), "words")
+    types = numpy_helper.from_array(np.ones((2, 4), np.float32), "types")
+    nodes = [helper.make_node("Cast", ["input_ids"], ["ids32"], to=TensorProto.INT32),
+             helper.make_node("Gather", ["words", "ids32"], ["e1"]),
+             helper.make_node("Gather", ["types", "token_type_ids"], ["e2"]),
+             helper.make_node("Add", ["e1", "e2"], ["y"])]
+    src = _model(tmp_path, nodes, [_vi("input_ids", ["B", "S"], I64), _vi("token_type_ids", ["B", "S"], I64)],
+                 [_vi("y", ["B", "S", 4])], [words, types])
+    p, feeds, _ = _sample(src)
+    assert feeds["token_type_ids"].max() <= 1 and feeds["input_ids"].max() < 50
+    assert feeds["input_ids"].max() >= 3   # the whole table, not just [0, 3)
+    assert "below 2" in p.domains["token_type_ids"] and "below 50" in p.domains["input_ids"]
+
+
+def test_scalars_compared_with_constants_and_masks(tmp_path):
+    nan = numpy_helper.from_array(np.array(np.nan, np.float32), "nan")
+    k = numpy_helper.from_array(np.array(16000, np.int64), "k")
+    nodes = [helper.make_node("Equal", ["sr", "k"], ["is16k"]),
+             helper.make_node("Where", ["is16k", "x", "nan"], ["a"]),
+             helper.make_node("Cast", ["keep"], ["keepb"], to=TensorProto.BOOL),
+             helper.make_node("Where", ["keepb", "a", "nan"], ["y"])]
+    src = _model(tmp_path, nodes, [_vi("x", ["N", 4]), _vi("sr", [], I64), _vi("keep", ["N", 4], I64)],
+                 [_vi("y", ["N", 4])], [nan, k])
+    p, feeds, outs = _sample(src)
+    assert int(feeds["sr"]) == 16000 and set(np.unique(feeds["keep"])) <= {0, 1}
+
+
+def test_unknown_dims_symbol_lists_the_model_symbols(tmp_path):
+    src = _model(tmp_path, [helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["batch", "T"])],
+                 [_vi("y", ["batch", "T"])])
+    with pytest.raises(UsageError, match=r"no symbol 'Tee'; its input symbols: batch, T"):
+        _plan(src, {"Tee": 4}, run=False)
+
+
+# -- through the CLI ------------------------------------------------------------------------------
+
+def _cli(*args: str):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True)
+
+
+def test_all_nan_original_fails_and_positions_must_agree(tmp_path):
+    # Log(-|x| - 1) is NaN everywhere: nothing can be compared
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["n"]),
+             helper.make_node("Sub", ["n", "one"], ["m"]), helper.make_node("Log", ["m"], ["y"])]
+    one = numpy_helper.from_array(np.array(1, np.float32), "one")
+    src = _model(tmp_path, nodes, [_vi("x", ["N", 4])], [_vi("y", ["N", 4])], [one], name="nan")
+    r = _cli("convert", "-i", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--verify")
+    assert r.returncode == 1 and "only NaN/Inf for output 'y'" in r.stderr and "--inputs" in r.stderr, r.stderr
+    assert not (tmp_path / "repo").exists()
+    # Sqrt: NaN where x < 0, at the same places in both: compared on the rest, ok
+    src = _model(tmp_path, [helper.make_node("Sqrt", ["x"], ["y"])], [_vi("x", ["N", 4])], [_vi("y", ["N", 4])],
+                 name="sqrt")
+    r = _cli("convert", "-i", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--verify")
+    assert r.returncode == 0, r.stderr
+
+
+def test_outputs_not_exercised_are_flagged(tmp_path):
+    zero = numpy_helper.from_array(np.array(0, np.float32), "zero")
+    src = _model(tmp_path, [helper.make_node("Mul", ["x", "zero"], ["y"]), helper.make_node("Relu", ["x"], ["z"])],
+                 [_vi("x", ["N", 4])], [_vi("y", ["N", 4]), _vi("z", ["N", 4])], [zero], name="zeros")
+    r = _cli("convert", "-i", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--verify")
+    assert r.returncode == 0, r.stderr
+    assert "y: max abs 0" in r.stdout and "NOT EXERCISED" in r.stdout.split("y: max abs")[1].splitlines()[0]
+    assert "NOT EXERCISED" not in r.stdout.split("z: max abs")[1].splitlines()[0]
+    r = _cli("verify", "-i", str(src), "-r", str(tmp_path / "repo" / "zeros"), "--json")
+    out = {o["name"]: o for o in json.loads(r.stdout)["outputs"]}
+    assert out["y"]["exercised"] is False and out["z"]["exercised"] is True
+
+
+def test_user_inputs(tmp_path):
+    src = _model(tmp_path, [helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["N", 4])], [_vi("y", ["N", 4])],
+                 name="relu")
+    repo = tmp_path / "repo"
+    assert _cli("convert", "-i", str(src), "-t", "triton-v1.12", "-o", str(repo)).returncode == 0
+    good = tmp_path / "good.npz"
+    np.savez(good, x=np.arange(12, dtype=np.float32).reshape(3, 4) - 6)
+    r = _cli("verify", "-i", str(src), "-r", str(repo / "relu"), "--inputs", str(good), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["inputs"] == {"from": str(good), "samples": 1}, r.stderr
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    for i in range(3):
+        np.savez(folder / f"{i}.npz", x=np.full((2, 4), i, np.float32))
+    r = _cli("convert", "-i", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "r2"), "--verify",
+             "--inputs", str(folder), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["verification"]["samples"] == 3, r.stderr
+    bad = {"missing": {"z": np.zeros((2, 4), np.float32)},
+           "extra": {"x": np.zeros((2, 4), np.float32), "z": np.zeros(1)},
+           "dtype": {"x": np.zeros((2, 4), np.float64)},
+           "rank": {"x": np.zeros((2, 4, 1), np.float32)},
+           "static": {"x": np.zeros((2, 5), np.float32)}}
+    expect = {"missing": "no array 'x'", "extra": "array 'z' is not an input", "dtype": "is float64",
+              "rank": "has rank 3", "static": "has 5 at axis 1"}
+    for name, arrays in bad.items():
+        f = tmp_path / f"{name}.npz"
+        np.savez(f, **arrays)
+        r = _cli("verify", "-i", str(src), "-r", str(repo / "relu"), "--inputs", str(f))
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and expect[name] in lines[0], (name, r.stderr)
+    model = load_onnx(src).model
+    assert len(load_inputs(folder, model)) == 3
