@@ -475,6 +475,9 @@ def deploy(
     name: Optional[str] = typer.Option(None, "--name", help="Model name on the server (default: the config's)."),
     wait_timeout: float = typer.Option(120.0, "--wait-timeout", help="Seconds to wait for READY."),
     smoke: bool = typer.Option(True, "--smoke/--no-smoke", help="Run one inference after loading."),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", help="The smoke request: the first sample of "
+                                          "this .npz (or folder of them), arrays named like the inputs "
+                                          "(default: inputs the model accepts, found from its shapes)."),
     rollback: bool = typer.Option(False, "--rollback-on-failure",
                                   help="If the smoke inference fails, load the last good deploy again."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be sent, send nothing."),
@@ -491,7 +494,7 @@ def deploy(
         conn = _connection(url, protocol, ssl, root_cert, client_cert, client_key, token, token_header, timeout)
         with rep.status(f"deploying {entry} to {conn.describe()}"):
             r = run_deploy(entry, conn, name=name, version=version, wait_timeout=wait_timeout,
-                           dry_run=dry_run, smoke=smoke, rollback_on_failure=rollback)
+                           dry_run=dry_run, smoke=smoke, rollback_on_failure=rollback, inputs=inputs)
         if json_out:
             rep.json({"ok": True, **r.to_dict()})
             return

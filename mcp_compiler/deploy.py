@@ -274,15 +274,19 @@ def _wait_ready(c, conn: Connection, name: str, version: int, timeout: float) ->
     raise DeployError(f"{name} v{version} not READY on {conn.describe()} after {timeout:.0f} s (--wait-timeout)")
 
 
-def smoke_inputs(cfg: Any, local: Path) -> dict[str, np.ndarray]:
-    """One request the model accepts (mcp_compiler.inputs: sizes from the model's own shape
-    contracts, probed on it locally), batch 1 where batching."""
-    from .inputs import make, plan, probe
+def smoke_inputs(cfg: Any, local: Path, inputs: str | os.PathLike | None = None) -> dict[str, np.ndarray]:
+    """One request the model accepts: the first sample of `inputs` (an .npz or a folder of them),
+    or one from mcp_compiler.inputs (sizes from the model's own shape contracts, probed on it
+    locally), batch 1 where batching."""
+    from .inputs import load_inputs, make, plan, probe
 
     model, run = _local_model(cfg, local)
-    p = plan(model, fold=False)
-    probe(model, p, run)
-    feeds = make(model, p, np.random.default_rng(0), batch=1 if cfg.max_batch_size > 0 else None)
+    if inputs is not None:
+        feeds = load_inputs(inputs, model)[0]
+    else:
+        p = plan(model, fold=False)
+        probe(model, p, run)
+        feeds = make(model, p, np.random.default_rng(0), batch=1 if cfg.max_batch_size > 0 else None)
     dims = {i.name: list(i.dims) for i in cfg.input}
     # a scalar travels as [1] (the config reshapes it to [] for the model)
     return {k: (v.reshape(1) if v.ndim == 0 and dims[k] == [1] else v) for k, v in feeds.items() if k in dims}
@@ -323,7 +327,8 @@ def _smoke(c, conn: Connection, cfg: Any, name: str, version: int, feeds: dict) 
 
 def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = None,
            version: int | None = None, wait_timeout: float = 120.0, dry_run: bool = False,
-           smoke: bool = True, rollback_on_failure: bool = False) -> DeployReport:
+           smoke: bool = True, rollback_on_failure: bool = False,
+           inputs: str | os.PathLike | None = None) -> DeployReport:
     cfg, v, local, files = read_entry(Path(entry), version)
     name = name or cfg.name
     config_json = _config_json(cfg, name)
@@ -332,7 +337,7 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
                           dry_run=dry_run)
     _check_size(conn, total)
     # the smoke request is made (and tried locally) before anything is sent
-    feeds = smoke_inputs(cfg, local) if smoke and not dry_run else {}
+    feeds = smoke_inputs(cfg, local, inputs) if smoke and not dry_run else {}
     if dry_run:
         report.notes.append(f"would load {name} v{v} ({total} bytes) with config {config_json}")
         return report

@@ -125,6 +125,17 @@ def test_deploy_redeploy_broken_rollback(server, entries, env, protocol):
         assert r.returncode == 1 and "not loaded on the server" in r.stderr, r.stderr
 
 
+def test_smoke_request_from_user_inputs(server, entries, env, tmp_path):
+    good, bad = tmp_path / "good.npz", tmp_path / "bad.npz"
+    np.savez(good, x=X)
+    np.savez(bad, x=X.astype(np.float64))
+    r = _cli("deploy", str(entries["v1"]), "--url", server.grpc_url, "--inputs", str(bad), env=env)
+    assert r.returncode == 2 and "is float64" in r.stderr, r.stderr   # refused before anything is sent
+    r = _cli("deploy", str(entries["v1"]), "--url", server.grpc_url, "--inputs", str(good), env=env)
+    assert r.returncode == 0 and "smoke inference" in r.stdout, r.stderr
+    assert _cli("undeploy", "mlp", "--url", server.grpc_url, env=env).returncode == 0
+
+
 def test_dry_run_sends_nothing_and_hides_the_token(server, entries, env):
     r = _cli("deploy", str(entries["v1"]), "--url", server.grpc_url, "--dry-run", "--token", "s3cr3t", env=env)
     assert r.returncode == 0 and "1/model.mcpir" in r.stdout and "mcp-api-key: ***" in r.stdout
