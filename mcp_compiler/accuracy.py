@@ -111,6 +111,7 @@ def measure(reference, model: Model, samples: list[dict[str, np.ndarray]], label
     import onnxruntime as ort
 
     from .session import create_session, quiet_options
+    from .verify import run_original
 
     so = quiet_options()
     if isinstance(reference, Model):
@@ -118,17 +119,8 @@ def measure(reference, model: Model, samples: list[dict[str, np.ndarray]], label
     else:
         ref = ort.InferenceSession(str(reference), so, providers=["CPUExecutionProvider"])
     quant = create_session(model, so)
-    names = [o.name for o in ref.get_outputs()]
-    want_all: list[list[np.ndarray]] = []
-    got_all: list[list[np.ndarray]] = []
-    for feeds in samples:
-        try:
-            want_all.append(ref.run(None, feeds))
-        except Exception as e:  # noqa: BLE001
-            raise UsageError(f"the original model fails on the accuracy inputs "
-                             f"({ {k: list(v.shape) for k, v in feeds.items()} }): "
-                             f"{str(e).splitlines()[0]}; give symbol sizes with --dims") from None
-        got_all.append(quant.run(names, feeds))
+    names, want_all = run_original(ref, samples)
+    got_all = [quant.run(names, feeds) for feeds in samples]
     report = AccuracyReport(label, len(samples))
     for i, name in enumerate(names):
         a = [w[i] for w in want_all]

@@ -157,7 +157,7 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
         feeds, report.inputs = sample_inputs(model, dims, samples, seed, run=lambda f: original.run(None, f))
     report.samples = len(feeds)
     del model
-    names, wants = _run_original(original, feeds)
+    names, wants = run_original(original, feeds)
     del original
     gc.collect()
     run = _emitted_runner(backend, vdir)
@@ -200,7 +200,7 @@ def _original(input: str | os.PathLike):  # noqa: ANN202
                 "onnx.reference (onnxruntime has no kernel for an op of the original)")
 
 
-def _run_original(original, feeds: list[dict]) -> tuple[list[str], list[list]]:  # noqa: ANN001
+def run_original(original, feeds: list[dict]) -> tuple[list[str], list[list]]:  # noqa: ANN001
     """The original's output names and its outputs on every sample."""
     wants = []
     for sample in feeds:
