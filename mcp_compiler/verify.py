@@ -97,16 +97,17 @@ def check_dims(model, dims: dict[str, int], flag: str = "--dims") -> None:  # no
     from .inputs import plan
 
     if dims:
-        plan(model, dims)
+        plan(model, dims, fold=False)   # the model itself is left as it is
 
 
 def sample_inputs(model, dims: dict[str, int], samples: int, seed: int = 0,  # noqa: ANN001
-                  run=None) -> tuple[list[dict], dict]:  # noqa: ANN001
+                  run=None, fold: bool = True) -> tuple[list[dict], dict]:  # noqa: ANN001
     """`samples` input sets the model accepts (mcp_compiler.inputs), probed on `run` (the
-    original) when given; and the plan as a dict for reports."""
+    original) when given; and the plan as a dict for reports. `fold` folds the model's constant
+    subgraphs in place first (for a model loaded only to make inputs)."""
     from .inputs import make, plan, probe
 
-    p = plan(model, dims)
+    p = plan(model, dims, fold=fold)
     if run is not None:
         probe(model, p, run, rng_seed=seed)
     rng = np.random.default_rng(seed)

