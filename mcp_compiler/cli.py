@@ -10,9 +10,17 @@ from typing import Optional
 
 import typer
 
-from . import __version__, api
+from . import __version__
 from .errors import McpError, ServerError, UsageError
-from .report import Reporter
+
+# Nothing heavy at import: `--version`, `--help`, `targets` and `passes` load neither onnx,
+# onnxruntime nor numpy; each command imports what it uses when it runs.
+
+
+def Reporter(json_mode: bool = False):  # noqa: ANN201, N802 - stands for the class, imported late
+    from .report import Reporter as _Reporter
+
+    return _Reporter(json_mode=json_mode)
 
 app = typer.Typer(
     name="mcp-cli",
@@ -229,6 +237,8 @@ def convert(
         from .accuracy import parse_budget
         from .passes.quantize import QuantizeOptions
 
+        from . import api
+
         opts = api.ConvertOptions(check=check, infer_shapes=infer_shapes, target=target, name=name,
                                   backend=backend, force=force, verify=verify_,
                                   verify_dims=_parse_dims(dims),
@@ -434,7 +444,12 @@ def inspect(
     such as (H - 1) // 32 + 1, from symbolic shape inference), layout, ops, weights and opsets;
     the dims inference had to assume equal, and any that conflict."""
     rep = Reporter(json_mode=json_out)
-    _run(rep, debug, lambda: rep.summary(api.inspect(file, values=values), str(file)))
+    def body() -> None:
+        from . import api
+
+        rep.summary(api.inspect(file, values=values), str(file))
+
+    _run(rep, debug, body)
 
 
 def _connection(url: str, protocol: str, ssl: bool, root_cert: Optional[Path], client_cert: Optional[Path],

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from .api import ConvertReport
 from .ir.dims import format_shape
-from .summary import ModelSummary
+
+if TYPE_CHECKING:   # the report renders them; importing them would load onnx at start-up
+    from .api import ConvertReport
+    from .summary import ModelSummary
 
 
 class Reporter:
