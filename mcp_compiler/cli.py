@@ -390,9 +390,16 @@ def serve(
     rep = Reporter()
 
     def body() -> None:
+        import signal
         import time
 
         from .serve import TritonServer, port_free
+
+        def stop(signum, frame):  # noqa: ANN001, ANN202
+            raise KeyboardInterrupt
+
+        # SIGTERM (kill, a service manager) stops it like Ctrl-C: the server and its folder go
+        signal.signal(signal.SIGTERM, stop)
 
         ports, notes = {}, []
         for kind, given in (("http", http_port), ("grpc", grpc_port), ("metrics", metrics_port)):

@@ -186,8 +186,11 @@ def _serve(args: list[str], tmpdir, until: str | None, timeout: float = 180.0):
     import time
 
     env = dict(os.environ, TMPDIR=str(tmpdir), PYTHONUNBUFFERED="1")
+    # SIGINT as a terminal has it: a test worker may run with SIGINT ignored, which the child
+    # would inherit (Python then never raises KeyboardInterrupt)
     p = subprocess.Popen([sys.executable, "-m", "mcp_compiler.cli", "serve", *args], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env)
+                         stderr=subprocess.PIPE, text=True, env=env,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     out = []
     deadline = time.monotonic() + timeout
     try:
