@@ -59,6 +59,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports: the sockets are held together while picking (free_port() twice in a
+    row may return the same port, and tritonserver refuses HTTP and metrics on one port)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((HOST, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def port_free(port: int) -> bool:
     with socket.socket() as s:
         try:
@@ -133,9 +146,10 @@ class TritonServer:
             if not port_free(port):
                 raise UsageError(f"{flag} {port}: the port is in use on {HOST}")
         for attempt in range(5):
-            http = self.http_port or free_port()
-            grpc = self.grpc_port or free_port()
-            metrics = self.metrics_port or free_port()
+            picked = iter(free_ports(6))
+            taken = set(given.values())
+            http, grpc, metrics = (p or next(x for x in picked if x not in taken)
+                                   for p in (self.http_port, self.grpc_port, self.metrics_port))
             args = [str(inst.server), f"--model-repository={self.repository}",
                     f"--backend-directory={backends}",
                     f"--model-control-mode={'explicit' if self.explicit else 'none'}",
