@@ -91,11 +91,13 @@ def convert(input: str | os.PathLike, output: str | os.PathLike | None,
 
     Outputs are written atomically: a failure leaves nothing behind.
     """
-    from .targets import get_target
-
     options = options or ConvertOptions()
     _quantization_from_serving(options)
-    target = get_target(options.target) if options.target is not None else None
+    target = None
+    if options.target is not None:   # (imports onnxruntime: not for a plain .mcpir)
+        from .targets import get_target
+
+        target = get_target(options.target)
     _check_flags(options, target)
     output = _check_paths(input, output, options, target)
     t0 = time.perf_counter()

@@ -235,7 +235,6 @@ def convert(
         from onnx.defs import onnx_opset_version
 
         from .accuracy import parse_budget
-        from .passes.quantize import QuantizeOptions
 
         from . import api
 
@@ -285,6 +284,8 @@ def convert(
         elif config is not None or dynamic_batch is not None:
             raise UsageError("--config and --dynamic-batch need --target")
         if level not in (None, "none"):
+            from .passes.quantize import QuantizeOptions   # (loads every pass: only when quantizing)
+
             opts.quantize = QuantizeOptions(
                 mode=level, block_size=group_size, symmetric=symmetric, int4_format=int4_format,
                 accuracy_level=int4_accuracy_level, fp8_format=fp8_format, per_channel=not fp8_per_tensor,
