@@ -54,9 +54,7 @@ def find_triton() -> TritonInstall:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def free_ports(n: int) -> list[int]:

@@ -9,13 +9,13 @@ import json
 import os
 import sys
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from .errors import InvalidModelError, UsageError, VerificationError
 from .frontend import load_onnx
-from .ir import DataType, TensorType
 
 _counter = itertools.count()
 
@@ -97,7 +97,7 @@ def check_dims(model, dims: dict[str, int], flag: str = "--dims") -> None:  # no
     from .inputs import plan
 
     if dims:
-        plan(model, dims, fold=False)   # the model itself is left as it is
+        plan(model, dims, fold=False, flag=flag)   # the model itself is left as it is
 
 
 def sample_inputs(model, dims: dict[str, int], samples: int, seed: int = 0,  # noqa: ANN001
@@ -155,11 +155,10 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
         feeds = load_inputs(inputs, model)
         report.inputs = {"from": str(inputs), "samples": len(feeds)}
     else:
-        feeds, report.inputs = sample_inputs(model, dims, samples, seed, run=lambda f: original.run(None, f))
+        feeds, report.inputs = sample_inputs(model, dims, samples, seed, run=partial(original.run, None))
     report.samples = len(feeds)
-    del model
     names, wants = run_original(original, feeds)
-    del original
+    model = original = None   # released before the emitted model is loaded
     gc.collect()
     run = _emitted_runner(backend, vdir)
     stats: dict[str, list] = {}

@@ -123,3 +123,15 @@ def mlp_onnx(path: Path, d: int = 128, f: int = 256, layers: int = 2, opset: int
     m.ir_version = 8
     onnx.save(m, path)
     return path
+
+
+def save_model(folder: Path, name: str, nodes, inputs, outputs, inits=(), opset: int = 17) -> Path:  # noqa: ANN001
+    """folder/<name>.onnx: a graph of `nodes` at the given ai.onnx opset (IR version 8)."""
+    from onnx import helper
+
+    m = helper.make_model(helper.make_graph(nodes, name, inputs, outputs, list(inits)),
+                          opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    p = folder / f"{name}.onnx"
+    onnx.save(m, p)
+    return p

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from _helpers import GOLDEN
+from _helpers import GOLDEN, save_model
 
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]
 T = "triton-v1.12"
@@ -28,13 +28,7 @@ def _cli(*args: str, umask: int | None = None, cwd: Path | None = None):
     return subprocess.run([*CLI, *args], capture_output=True, text=True, preexec_fn=pre, cwd=cwd)
 
 
-def _save(tmp_path: Path, name: str, nodes, inputs, outputs, inits=(), opset=17) -> Path:
-    m = helper.make_model(helper.make_graph(nodes, name, inputs, outputs, list(inits)),
-                          opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    p = tmp_path / f"{name}.onnx"
-    onnx.save(m, p)
-    return p
+_save = save_model
 
 
 def _one_error(r, code: int, *expect: str) -> None:

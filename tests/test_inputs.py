@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -17,19 +16,14 @@ from mcp_compiler.errors import UsageError
 from mcp_compiler.frontend import load_onnx
 from mcp_compiler.inputs import load_inputs, make, plan, probe
 
-from _helpers import ort_run
+from _helpers import ort_run, save_model
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]
 
 
 def _model(tmp_path: Path, nodes, inputs, outputs, inits=(), opset=17, name="m") -> Path:
-    m = helper.make_model(helper.make_graph(nodes, name, inputs, outputs, list(inits)),
-                          opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    p = tmp_path / f"{name}.onnx"
-    onnx.save(m, p)
-    return p
+    return save_model(tmp_path, name, nodes, inputs, outputs, inits, opset)
 
 
 def _vi(name, shape, dtype=F):

@@ -18,7 +18,7 @@ from mcp_compiler.passes import PassContext
 from mcp_compiler.passes.layout import LayoutNhwcPass
 from mcp_compiler.pipeline import build
 
-from _helpers import ort_run, zoo_models, zoo_params
+from _helpers import ort_run, zoo_params
 
 F = TensorProto.FLOAT
 RTOL, ATOL = 1e-5, 1e-5   # only data movement changes; Conv may pick another kernel order

@@ -16,7 +16,7 @@ from mcp_compiler.passes.normalize import (CommonSubexpressionEliminationPass,
                                            DeduplicateWeightsPass, IdentityEliminationPass)
 from mcp_compiler.pipeline import default_pipeline
 
-from _helpers import golden_dirs, ort_run, zoo_models, zoo_params, ZOO_INPUTS
+from _helpers import golden_dirs, ort_run, zoo_params, ZOO_INPUTS
 
 F = TensorProto.FLOAT
 RTOL, ATOL = 0.0, 0.0  # these passes move no arithmetic: outputs stay bit-identical

@@ -21,7 +21,7 @@ from mcp_compiler.passes.quantize import QuantizeFp8Pass, QuantizeInt4Pass, Quan
 from mcp_compiler.passes.quantize.numerics import quantize_fp8, quantize_int4
 from mcp_compiler.passes.rewrite import UpgradeOpsetPass
 
-from _helpers import ZOO_INPUTS, mlp_onnx, ort_run, zoo_models, zoo_params
+from _helpers import ZOO_INPUTS, mlp_onnx, ort_run, zoo_params
 
 runner = CliRunner()
 # The lowered model must compute exactly x @ dequantize(q): float32 accumulation-order noise only.
