@@ -143,16 +143,19 @@ def count(path: Path) -> int:
 
 
 def feeds_for(name: str, path: Path) -> dict:
-    m = onnx.load(path, load_external_data=False)
-    inits = {t.name for t in m.graph.initializer}
+    """The PP-OCR models at the sizes rapidocr uses; any other model at inputs it accepts, batch 1
+    (mcp_compiler.inputs, as verify and deploy make them)."""
+    from mcp_compiler.frontend import load_onnx
+    from mcp_compiler.inputs import make, plan
+
     rng = np.random.default_rng(0)
-    out = {}
-    for vi in m.graph.input:
-        if vi.name in inits:
-            continue
-        shape = ZOO_INPUTS.get(name) or [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim]
-        out[vi.name] = rng.random(shape, dtype=np.float32)
-    return out
+    if name in ZOO_INPUTS:
+        m = onnx.load(path, load_external_data=False)
+        inits = {t.name for t in m.graph.initializer}
+        return {vi.name: rng.random(ZOO_INPUTS[name], dtype=np.float32) for vi in m.graph.input
+                if vi.name not in inits}
+    model = load_onnx(path, check=False, infer_shapes=False).model
+    return make(model, plan(model), rng, batch=1)
 
 
 def latencies(paths: dict[str, Path], feeds: dict, reps: int) -> dict[str, str]:

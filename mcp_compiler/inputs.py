@@ -281,14 +281,14 @@ def _domain(v: Value) -> tuple[tuple, str]:
 
 def make(model: Model, p: InputPlan, rng: np.random.Generator, *, sizes: dict[str, int] | None = None,
          batch: int | None = None, limit: int = INPUT_LIMIT, flag: str = "--dims") -> dict[str, np.ndarray]:
-    """One sample for `model` at the plan's sizes (or `sizes`); an input over `limit` bytes is a
-    UsageError naming `flag`."""
-    sizes = p.sizes if sizes is None else sizes
+    """One sample for `model` at the plan's sizes (or `sizes`), the axis-0 symbols at `batch`;
+    an input over `limit` bytes is a UsageError naming `flag`."""
+    sizes = dict(p.sizes if sizes is None else sizes)
+    if batch is not None:   # the batch is the symbol at axis 0 (everywhere it appears; static dims stay)
+        sizes.update({d[0]: batch for d in p.shapes.values() if d and isinstance(d[0], str)})
     feeds = {}
     for v in interface(model):
         shape = [d if isinstance(d, int) else sizes.get(d, 1) for d in p.shapes[v.name]]
-        if batch is not None and shape:
-            shape[0] = batch
         dt = DataType(v.type.elem_type)
         size = dt.nbytes(math.prod(shape))
         if size > limit:
