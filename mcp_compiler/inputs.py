@@ -41,7 +41,7 @@ PROBES = 12              # sizes the probe tries on the original before giving u
 # follow them to the op that reads the values.
 _PASS = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Transpose", "Slice",
          "Expand", "Tile", "Concat", "Split", "CastLike"}
-_BOOLISH = {"Where": 0, "And": None, "Or": None, "Not": None, "Xor": None}
+_LOGICAL = {"And", "Or", "Not", "Xor"}   # operands read as booleans (and Where's condition, input 0)
 
 
 @dataclass
@@ -53,11 +53,15 @@ class InputPlan:
     domains: dict[str, str] = field(default_factory=dict)             # input -> how its values are drawn
     tried: list[dict[str, int]] = field(default_factory=list)         # assignments the probe ran
     floats: str = "normal"      # how float inputs are drawn: normal N(0,1), uniform U(0,1), wide N(0,16)
-    exercised: dict[str, bool] = field(default_factory=dict)          # output index -> not all ~0 / constant
     notes: list[str] = field(default_factory=list)
     shapes: dict[str, tuple] = field(default_factory=dict, repr=False)    # input -> dims over the symbols
     _values: dict[str, tuple] = field(default_factory=dict, repr=False)   # input -> ("range", lo, hi) | ("choice", vals)
     _order: list[dict[str, int]] = field(default_factory=list, repr=False)
+
+    def zero_ok(self, name: str) -> bool:
+        """0 is a value input `name` may take (an index range from 0, a set holding 0)."""
+        how = self._values[name]
+        return (how[0] == "range" and how[1] == 0) or (how[0] == "choice" and 0 in how[1])
 
     def to_dict(self) -> dict:
         return {"sizes": self.sizes, "constraints": self.constraints, "domains": self.domains,
@@ -96,7 +100,7 @@ def plan(model: Model, dims: dict[str, int] | None = None, *, fold: bool = True,
     requires = [r for r in requires if r[1] == "==" or not _holds([r], ones)]
     for lhs, op, rhs, where in requires:
         for s in sorted(_symbols_of(lhs) | _symbols_of(rhs)):
-            p.constraints.setdefault(s, []).append(f"{_fmt(lhs)} {op} {_fmt(rhs)} ({where})")
+            p.constraints.setdefault(s, []).append(f"{str(lhs)} {op} {str(rhs)} ({where})")
     candidates = {}
     for s in symbols:
         tied = sorted({r[2] for r in requires if r[1] == "==" and r[0] == s and isinstance(r[2], int)})
@@ -114,7 +118,7 @@ def plan(model: Model, dims: dict[str, int] | None = None, *, fold: bool = True,
                                                                    and candidates[s][0] == OTHER_SIZES[0]])
     if not p._order:
         raise UsageError("no input sizes satisfy what the model's ops need: "
-                         + "; ".join(f"{_fmt(a)} {op} {_fmt(b)} ({w})" for a, op, b, w in requires[:3])
+                         + "; ".join(f"{str(a)} {op} {str(b)} ({w})" for a, op, b, w in requires[:3])
                          + "; give sizes with --dims")
     p.sizes = dict(p._order[0])
     for v in interface(model):
@@ -157,10 +161,6 @@ def _symbols_of(d) -> set[str]:  # noqa: ANN001
     from .ir.dims import dim_symbols
 
     return set(dim_symbols(d)) if d is not None and not isinstance(d, int) else set()
-
-
-def _fmt(d) -> str:  # noqa: ANN001
-    return str(d)
 
 
 def _holds(requires: list, env: dict[str, int]) -> bool:
@@ -261,7 +261,7 @@ def _domain(v: Value) -> tuple[tuple, str]:
                 other = _const(n.inputs[1 - i])
                 if other is not None and other.size <= 8:
                     choices.update(other.reshape(-1).tolist())
-            elif op in _BOOLISH or (op == "Cast" and n.attributes.get("to") is not None
+            elif op in _LOGICAL or (op == "Where" and i == 0) or (op == "Cast" and n.attributes.get("to") is not None
                                     and n.attributes["to"].value == DataType.BOOL):
                 boolish = True
             elif op in _PASS and n.outputs:
@@ -357,6 +357,7 @@ def _prefer_exercising(model: Model, p: InputPlan, run: Callable[[dict], list], 
     best = sum(map(exercised, outs))
     if best == len(outs):
         return
+    chosen = "normal"
     for kind in ("uniform", "wide"):
         p.floats = kind
         try:
@@ -366,7 +367,7 @@ def _prefer_exercising(model: Model, p: InputPlan, run: Callable[[dict], list], 
         score = sum(map(exercised, got))
         if score > best and all(np.isfinite(np.asarray(o)).all() for o in got if _float(o)):
             best, chosen = score, kind
-    p.floats = locals().get("chosen", "normal")
+    p.floats = chosen
     if p.floats != "normal":
         p.notes.append(f"float inputs drawn {'from U(0, 1)' if p.floats == 'uniform' else 'from N(0, 16)'}: "
                        "N(0, 1) left an output unexercised")

@@ -141,6 +141,7 @@ def test_scalars_compared_with_constants_and_masks(tmp_path):
                  [_vi("y", ["N", 4])], [nan, k])
     p, feeds, outs = _sample(src)
     assert int(feeds["sr"]) == 16000 and set(np.unique(feeds["keep"])) <= {0, 1}
+    assert p.domains["x"] == "N(0, 1)"   # Where's value operand is not a condition
 
 
 def test_unknown_dims_symbol_lists_the_model_symbols(tmp_path):

@@ -66,22 +66,20 @@ def _duplicates(group: list) -> Iterator[tuple]:
                 yield keep, v
 
 
-def _read(t: Tensor, start: int, size: int) -> bytes:
-    if t.source is not None:
-        path, offset = t.source
-        with open(path, "rb") as f:
-            return os.pread(f.fileno(), size, offset + start)
-    return bytes(memoryview(t.raw).cast("B")[start:start + size])
-
-
 def _fingerprint(t: Tensor) -> bytes:
     n = t.nbytes
-    if n <= _PROBE * _PROBES:
-        return hashlib.sha256(_read(t, 0, n)).digest()
+    starts = [0] if n <= _PROBE * _PROBES else [k * ((n - _PROBE) // (_PROBES - 1)) for k in range(_PROBES)]
+    size = n if len(starts) == 1 else _PROBE
     h = hashlib.sha256()
-    step = (n - _PROBE) // (_PROBES - 1)
-    for k in range(_PROBES):
-        h.update(_read(t, k * step, _PROBE))
+    if t.source is not None:   # one open per tensor, pread per sample
+        path, offset = t.source
+        with open(path, "rb") as f:
+            for start in starts:
+                h.update(os.pread(f.fileno(), size, offset + start))
+    else:
+        raw = memoryview(t.raw).cast("B")
+        for start in starts:
+            h.update(raw[start:start + size])
     return h.digest()
 
 
