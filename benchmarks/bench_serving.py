@@ -22,9 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import machine, versions  # noqa: E402
 from _results import table, write_section  # noqa: E402
 
-from mcp_compiler.api import ConvertOptions, convert  # noqa: E402
-from mcp_compiler.serve import TritonServer  # noqa: E402
-from mcp_compiler.targets.triton.params import ServingParams  # noqa: E402
+from mcp_compiler import CompileOptions, compile_model  # noqa: E402
+from mcp_compiler.targets.triton.serve import TritonServer  # noqa: E402
 
 CONCURRENCY = 16
 
@@ -126,8 +125,8 @@ def cold_start(srcs: list[tuple[str, Path]], runs: int, work: Path) -> list[list
     repo.mkdir()
     rows = []
     for label, src in srcs:
-        convert(src, repo, ConvertOptions(target="triton-v1.12", name=f"{label}_mcpir",
-                                          serving=ServingParams(dynamic_batch=False)))
+        compile_model(src, repo, CompileOptions.for_target("triton-v1.12", f"{label}_mcpir",
+                                                           settings={"dynamic_batch": False}))
         # the peer: same config, model.py loading the original .onnx
         peer = repo / f"{label}_onnx"
         (peer / "1").mkdir(parents=True)
@@ -180,10 +179,10 @@ def main() -> None:
         src = work / "mlp.onnx"
         make_mlp(src)
         repo = work / "repo"
-        convert(src, repo, ConvertOptions(target="triton-v1.12", name="mlp_db", serving=ServingParams(
-            max_batch_size=32, max_queue_delay_us=500, preferred_batch_size=[])))
-        convert(src, repo, ConvertOptions(target="triton-v1.12", name="mlp_nodb",
-                                          serving=ServingParams(dynamic_batch=False)))
+        compile_model(src, repo, CompileOptions.for_target("triton-v1.12", "mlp_db", settings={
+            "max_batch_size": 32, "max_queue_delay_us": 500, "preferred_batch_size": []}))
+        compile_model(src, repo, CompileOptions.for_target("triton-v1.12", "mlp_nodb",
+                                                           settings={"dynamic_batch": False}))
         results: dict[str, list] = {"triton, dynamic batching (max 32, 500 us)": [],
                                     "triton, no dynamic batching": [], "onnxruntime in-process": []}
         with TritonServer(repo) as s:

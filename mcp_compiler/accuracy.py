@@ -91,7 +91,7 @@ def load_samples(folder: str | os.PathLike, model: Model) -> list[dict[str, np.n
 def random_samples(reference, n: int, dims: dict[str, int], seed: int = 0) -> list[dict[str, np.ndarray]]:  # noqa: ANN001
     """`n` input sets the original accepts (mcp_compiler.inputs), probed on it: `reference` is the
     original ONNX's path, or an IR model (an .mcpir input)."""
-    from .verify import sample_inputs
+    from .reference import sample_inputs
 
     if isinstance(reference, Model):
         from .session import create_session
@@ -99,7 +99,7 @@ def random_samples(reference, n: int, dims: dict[str, int], seed: int = 0) -> li
         model, sess = reference, create_session(reference)
     else:
         from .frontend import load_onnx
-        from .verify import _original
+        from .reference import open_original as _original
 
         model, sess = load_onnx(reference, check=False, infer_shapes=False).model, _original(reference)[0]
     # an IR reference is measured afterwards: it is planned on as it is, not folded
@@ -113,7 +113,7 @@ def measure(reference, model: Model, samples: list[dict[str, np.ndarray]], label
     import onnxruntime as ort
 
     from .session import create_session, quiet_options
-    from .verify import run_original
+    from .reference import run_original
 
     so = quiet_options()
     if isinstance(reference, Model):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidModelError, OutputExistsError, UsageError
+from .options import CompileOptions
 from .files import write_error
 from .frontend import load_onnx
 from .ir.graph import Model
@@ -20,38 +21,14 @@ DEFAULT_REPOSITORY = "model_repository"
 
 
 @dataclass
-class ConvertOptions:
-    check: bool = True              # run onnx.checker on the input
-    infer_shapes: bool = True       # run ONNX shape inference before import
-    target: str | None = None       # None: write a .mcpir file
-    name: str | None = None         # model name in the repository (default: the file stem)
-    backend: str = "python"
-    force: bool = False             # replace an existing DIR/NAME
-    serving: Any = None             # targets.triton.params.ServingParams
-    verify: bool = False            # run verify() right after emitting
-    verify_dims: dict[str, int] = field(default_factory=dict)
-    passes: list[str] | None = None     # None: the target's default pipeline (none without target)
-    disabled_passes: set[str] = field(default_factory=set)
-    verify_each: bool = False           # check IR invariants after every pass
-    quantize: Any = None                # passes.quantize.QuantizeOptions (None: no quantization)
-    calibration_data: str | None = None     # folder of .npz input samples (activation ranges, accuracy)
-    accuracy_budget: dict[str, float] = field(default_factory=dict)   # e.g. {"cos": 0.99}
-    accuracy_samples: int = 2           # random input sets for the accuracy report (no --calibration-data)
-    opset: int | None = None            # raise the ai.onnx opset to this first (upgrade-opset)
-    fold_size_limit: int | None = None  # bytes a folded constant may grow to (None: 1 MiB)
-    layout: str = "nchw"                # "nhwc": image inputs/outputs channels-last (layout-nhwc)
-    load_check: bool = True             # the target's runtime loads the entry before it is moved in
-    inputs: str | None = None           # .npz (or a folder of them): inputs for --verify and the accuracy report
-
-
-@dataclass
-class ConvertReport:
+class CompileReport:
     input: str
     output: str
     nodes: int
     weights: int
     weight_bytes: int
     output_bytes: int
+    input_weight_bytes: int = 0     # the input model's weights, before any pass
     target: str | None = None
     files: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -62,6 +39,9 @@ class ConvertReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+ConvertReport = CompileReport   # the earlier name
 
 
 def load_model(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool = True) -> tuple[Model, str, list[str]]:
@@ -84,81 +64,142 @@ def load_model(path: str | os.PathLike, *, check: bool = True, infer_shapes: boo
     return loaded.model, "onnx", loaded.warnings
 
 
-def convert(input: str | os.PathLike, output: str | os.PathLike | None,
-            options: ConvertOptions | None = None) -> ConvertReport:
+def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
+                  options: CompileOptions | None = None) -> CompileReport:
     """ONNX (or MCP-IR) -> `.mcpir`, or with a target -> that target's artifacts (a Triton
-    repository).
+    repository): load, plan, run the passes, check accuracy, emit (verifying the staged entry).
 
     Outputs are written atomically: a failure leaves nothing behind.
     """
-    options = options or ConvertOptions()
-    _quantization_from_serving(options)
-    target = None
-    if options.target is not None:   # (imports onnxruntime: not for a plain .mcpir)
-        from .targets import get_target
-
-        target = get_target(options.target)
-    _check_flags(options, target)
+    options = (options or CompileOptions()).validate()
+    target = _target(options)
     output = _check_paths(input, output, options, target)
-    t0 = time.perf_counter()
-    model, fmt, warnings = load_model(input, check=options.check, infer_shapes=options.infer_shapes)
-    if options.verify and fmt != "onnx":
-        raise UsageError("--verify compares with onnxruntime on the original: give the .onnx as --input")
-    if options.verify_dims:
-        from .verify import check_dims
-
-        check_dims(model, options.verify_dims)
-    if options.opset is not None and model.onnx_opset is not None and options.opset < model.onnx_opset:
-        raise UsageError(f"--opset {options.opset}: the model is at opset {model.onnx_opset}; "
-                         "--opset can only raise it")
-    t1 = time.perf_counter()
-    samples = None
-    if options.calibration_data is not None:
-        from .accuracy import load_samples
-
-        samples = load_samples(options.calibration_data, model)
-    weights_before = summarize(model, fmt).weight_bytes if options.quantize else 0
-    records = _run_pipeline(model, target, options, samples)
-    if options.quantize is not None and options.opset is None and not _quantized_any(records) \
-            and any(r.name == "upgrade-opset" and r.modified for r in records):
-        # Nothing was quantized: the opset raised for it would be a change for nothing.
-        model = load_model(input, check=False, infer_shapes=options.infer_shapes)[0]
-        records = _run_pipeline(model, target, options, samples, quantize=False)
-        warnings = [*warnings, "--quantize: nothing to quantize; the model is left at its opset"]
-    tp = time.perf_counter()
-    s = summarize(model, fmt)
-    report = ConvertReport(input=str(input), output=str(output), nodes=s.nodes, weights=s.weights,
-                           weight_bytes=s.weight_bytes, output_bytes=0, target=options.target,
-                           warnings=list(warnings), passes=[asdict(r) for r in records])
-    report.warnings += [w for r in records for w in r.warnings]
+    clock = _Clock()
+    model, fmt, warnings = _load(input, options)
+    weights_in = summarize(model, fmt).weight_bytes
+    samples = _calibration(model, options)
+    clock.lap("load")
+    model, records, warnings, properties = _run_passes(input, model, target, options, samples, warnings)
+    clock.lap("passes")
+    report = _report(input, output, model, fmt, warnings, records, options)
+    report.input_weight_bytes = weights_in
     if options.quantize is not None:
-        report.quantization = _quantization_report(options, records, weights_before, s.weight_bytes)
-        if report.quantization["quantized"]:
-            _check_accuracy(input, fmt, model, samples, options, report)
-        else:
-            report.warnings.append("--quantize: no weight was quantized (see the report's "
-                                   "quantization.skipped for why)")
-    ta = time.perf_counter()
-    if target is None:
-        try:
-            stats = write_mcpir(model, output)
-        except OSError as e:
-            raise write_error(output, e) from None
-        report.output_bytes = stats.file_bytes
-        report.files = [output.name]
-    else:
-        _emit(model, target, input, output, options, report)
-    t2 = time.perf_counter()
-    report.seconds = {"load": round(t1 - t0, 4), "passes": round(tp - t1, 4), "emit": round(t2 - ta, 4)}
-    if options.quantize is not None:
-        report.seconds["accuracy"] = round(ta - tp, 4)
+        _check_quantization(input, fmt, model, samples, options, report)
+        clock.lap("accuracy")
+    _write(model, target, input, output, options, report, properties)
+    clock.lap("emit")
+    report.seconds = clock.seconds
     if report.verification is not None:
         report.seconds["verify"] = report.verification.pop("seconds")
     report.warnings = list(dict.fromkeys(report.warnings))  # shape inference runs twice: say it once
     return report
 
 
-def _check_paths(input, output, options: ConvertOptions, target) -> Path:  # noqa: ANN001
+def convert(input: str | os.PathLike, output: str | os.PathLike | None,
+            options: CompileOptions | None = None) -> CompileReport:
+    """The earlier name of compile_model."""
+    return compile_model(input, output, options)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t, self.seconds = time.perf_counter(), {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self.t, 4)
+        self.t = now
+
+
+def _target(options: CompileOptions):  # noqa: ANN202 - targets.Target or None
+    if options.target.name is None:   # (a target imports onnxruntime: not for a plain .mcpir)
+        return None
+    from .targets import get_target
+
+    return get_target(options.target.name)
+
+
+def _load(input, options: CompileOptions) -> tuple[Model, str, list[str]]:  # noqa: ANN001
+    c = options.checks
+    model, fmt, warnings = load_model(input, check=c.check, infer_shapes=c.infer_shapes)
+    if c.verify and fmt != "onnx":
+        raise UsageError("--verify compares with onnxruntime on the original: give the .onnx model")
+    if c.dims:
+        from .reference import check_dims
+
+        check_dims(model, c.dims)
+    opset = options.pipeline.opset
+    if opset is not None and model.onnx_opset is not None and opset < model.onnx_opset:
+        raise UsageError(f"--opset {opset}: the model is at opset {model.onnx_opset}; --opset can only raise it")
+    return model, fmt, warnings
+
+
+def _calibration(model: Model, options: CompileOptions) -> list[dict] | None:
+    if options.accuracy.calibration_data is None:
+        return None
+    from .accuracy import load_samples
+
+    return load_samples(options.accuracy.calibration_data, model)
+
+
+def _run_passes(input, model: Model, target, options: CompileOptions, samples,  # noqa: ANN001
+                warnings: list[str]) -> tuple[Model, list, list[str], set]:
+    """The pipeline: the model, the pass records, the warnings, the properties it established.
+    When it quantized nothing, the opset raised for quantization would be a change for nothing:
+    the model is loaded again and run without it."""
+    if not options.has_pipeline:
+        return model, [], warnings, set()
+    records, props = _pipeline(model, target, options, samples, options.quantize)
+    if options.quantize is not None and options.pipeline.opset is None and not _quantized_any(records) \
+            and any(r.name == "upgrade-opset" and r.modified for r in records):
+        model = load_model(input, check=False, infer_shapes=options.checks.infer_shapes)[0]
+        records, props = _pipeline(model, target, options, samples, None)
+        warnings = [*warnings, "--quantize: nothing to quantize; the model is left at its opset"]
+    return model, records, warnings, props
+
+
+def _pipeline(model: Model, target, options: CompileOptions, samples, quantize) -> tuple[list, set]:  # noqa: ANN001
+    from . import pipeline
+
+    pm = pipeline.build(target, options.pipeline, quantize=quantize, calibration=samples)
+    return pm.run(model)[1], pm.properties
+
+
+def _report(input, output: Path, model: Model, fmt: str, warnings: list[str], records: list,  # noqa: ANN001
+            options: CompileOptions) -> CompileReport:
+    s = summarize(model, fmt)
+    report = CompileReport(input=str(input), output=str(output), nodes=s.nodes, weights=s.weights,
+                           weight_bytes=s.weight_bytes, output_bytes=0, target=options.target.name,
+                           warnings=[*warnings, *(w for r in records for w in r.warnings)],
+                           passes=[asdict(r) for r in records])
+    return report
+
+
+def _check_quantization(input, fmt: str, model: Model, samples, options: CompileOptions,  # noqa: ANN001
+                        report: CompileReport) -> None:
+    report.quantization = _quantization_report(options, report.passes, report.input_weight_bytes,
+                                               report.weight_bytes)
+    if report.quantization["quantized"]:
+        _check_accuracy(input, fmt, model, samples, options, report)
+    else:
+        report.warnings.append("--quantize: no weight was quantized (see the report's quantization.skipped for why)")
+
+
+def _write(model: Model, target, input, output: Path, options: CompileOptions,  # noqa: ANN001
+           report: CompileReport, properties: set) -> None:
+    if target is not None:
+        _require_legal(model, target, properties)
+        _emit(model, target, input, output, options, report)
+        return
+    try:
+        stats = write_mcpir(model, output)
+    except OSError as e:
+        raise write_error(output, e) from None
+    report.output_bytes = stats.file_bytes
+    report.files = [output.name]
+
+
+def _check_paths(input, output, options: CompileOptions, target) -> Path:  # noqa: ANN001
     """The output, checked before any work: the right kind, writable, not there without --force."""
     from .files import check_output, check_regular_input
 
@@ -177,91 +218,59 @@ def _check_paths(input, output, options: ConvertOptions, target) -> Path:  # noq
         raise UsageError(f"--output {output}: expected a {FILE_EXTENSION} file "
                          "(Triton repositories come with --target)")
     check_output(output, "--output")
-    if output.exists() and not options.force:
+    if output.exists() and not options.target.force:
         raise OutputExistsError(f"{output} exists; pass --force to replace it")
     return output
 
 
-def _check_flags(options: ConvertOptions, target) -> None:  # noqa: ANN001
-    """Flags that would silently do nothing are errors."""
-    if options.layout not in ("nchw", "nhwc"):
-        raise UsageError(f"--layout: expected nchw or nhwc, got {options.layout!r}")
-    if options.verify and target is None:
-        raise UsageError("--verify needs --target (it checks the emitted repository)")
-    if options.inputs is not None and not options.verify and options.quantize is None:
-        raise UsageError("--inputs feeds --verify and the quantization accuracy report; give --verify (or --quantize)")
-    if options.verify_dims and not options.verify and options.quantize is None:
-        raise UsageError("--dims sizes the inputs of --verify and of the quantization accuracy "
-                         "report; give --verify (or --quantize)")
-    if options.disabled_passes and not _has_pipeline(options, target):
-        raise UsageError("--disable-pass needs a pipeline: give --target, --passes, --quantize or --opset")
+def _require_legal(model: Model, target, properties: set) -> None:  # noqa: ANN001
+    """Emitting requires target-legal: established by the pipeline's legalize pass, or else
+    checked here (a --passes list without it)."""
+    from .passes import Property
+
+    if Property.TARGET_LEGAL in properties:
+        return
+    illegal = target.is_legal(model)
+    if illegal:
+        from .errors import UnsupportedError
+
+        more = f" and {len(illegal) - 5} more" if len(illegal) > 5 else ""
+        raise UnsupportedError(f"target {target.name} cannot run {len(illegal)} node(s): {'; '.join(illegal[:5])}{more}",
+                               hint="keep the legalize pass in the pipeline")
 
 
-def _has_pipeline(options: ConvertOptions, target) -> bool:  # noqa: ANN001
-    return bool(target is not None or options.passes or options.quantize or options.opset
-                or options.layout != "nchw")
-
-
-def _run_pipeline(model: Model, target, options: ConvertOptions, samples,  # noqa: ANN001
-                  quantize: bool = True) -> list:
-    if not _has_pipeline(options, target):
-        return []
-    from . import pipeline
-
-    pm = pipeline.build(target, options.passes, options.disabled_passes, options.verify_each,
-                        quantize=options.quantize if quantize else None, calibration=samples,
-                        opset=options.opset, fold_size_limit=options.fold_size_limit, layout=options.layout)
-    return pm.run(model)[1]
-
-
-def _quantized_any(records: list) -> bool:
+def _quantized_any(records: list) -> bool:  # PassRecords
     return any(r.name.startswith("quantize-") and r.modified for r in records)
 
 
-def _emit(model: Model, target, input, output: Path, options: ConvertOptions,  # noqa: ANN001
-          report: ConvertReport) -> None:
+def _emit(model: Model, target, input, output: Path, options: CompileOptions,  # noqa: ANN001
+          report: CompileReport) -> None:
     """The target's entry; the load check and --verify run on the staged entry, so a model that
     fails either never replaces anything."""
     from .targets import TargetOptions
-    from .targets.triton.config import sanitize_name
 
     def verify_staged(entry: Path) -> None:
-        from .verify import verify
-
         t = time.perf_counter()
-        v = verify(input, entry, dims=options.verify_dims, inputs=options.inputs)
+        v = target.verify(input, entry, dims=options.checks.dims, inputs=options.checks.inputs)
         v.repository = str(Path(output) / name)
         report.verification = {**v.to_dict(), "seconds": round(time.perf_counter() - t, 4)}
         v.raise_if_failed()
 
     report.warnings += target.check(model)
-    name = options.name if options.name is not None else sanitize_name(Path(input).stem)
+    t = options.target
+    name = t.entry if t.entry is not None else target.entry_name(Path(input).stem)
     result = target.emit(model, output, TargetOptions(
-        name=name, backend=options.backend, force=options.force, serving={"params": options.serving},
-        load_check=options.load_check, check=verify_staged if options.verify else None))
+        name=name, backend=t.backend, force=t.force, params=t.params,
+        quantization=options.quantize.mode if options.quantize else "none",
+        load_check=t.load_check, check=verify_staged if options.checks.verify else None))
     report.output = str(result.root)
     report.files = result.files
     report.output_bytes = sum((result.root / f).stat().st_size for f in result.files)
     report.warnings += result.warnings
 
 
-def _quantization_from_serving(options: ConvertOptions) -> None:
-    """The target's `quantization_level` and --quantize are one setting: each implies the other."""
-    level = getattr(options.serving, "quantization_level", "none")
-    if options.quantize is None and level not in (None, "none"):
-        from .passes.quantize import QuantizeOptions
-
-        options.quantize = QuantizeOptions(mode=level).validate()
-    elif options.quantize is not None and options.target is not None:
-        if options.serving is None:
-            from .targets.triton.params import ServingParams
-
-            options.serving = ServingParams()
-        options.serving.quantization_level = options.quantize.mode
-
-
-def _quantization_report(options: ConvertOptions, records: list, before: int, after: int) -> dict:
-    rows = [d for r in records if r.name.startswith("quantize-") for d in r.details]
+def _quantization_report(options: CompileOptions, records: list[dict], before: int, after: int) -> dict:
+    rows = [d for r in records if r["name"].startswith("quantize-") for d in r["details"]]
     q = options.quantize
     return {
         "mode": q.mode, "options": asdict(q),
@@ -269,37 +278,37 @@ def _quantization_report(options: ConvertOptions, records: list, before: int, af
         "skipped": [r for r in rows if r["action"] == "skipped"],
         "weight_bytes_before": before, "weight_bytes_after": after,
         "compression": round(before / after, 3) if after else None,
-        "opset": next(({"from": r.stats["from"], "to": r.stats["to"]} for r in records
-                       if r.name == "upgrade-opset" and r.modified), None),
+        "opset": next(({"from": r["stats"]["from"], "to": r["stats"]["to"]} for r in records
+                       if r["name"] == "upgrade-opset" and r["modified"]), None),
     }
 
 
-def _check_accuracy(input, fmt: str, model: Model, samples, options: ConvertOptions,  # noqa: ANN001
-                    report: ConvertReport) -> None:
+def _check_accuracy(input, fmt: str, model: Model, samples, options: CompileOptions,  # noqa: ANN001
+                    report: CompileReport) -> None:
     """Quantized vs onnxruntime on the original, on the calibration samples or random inputs;
     raises AccuracyError (before anything is written) when outside the budget."""
     from .accuracy import check_budget, measure, random_samples
 
     reference = input if fmt == "onnx" else load_model(input, check=False, infer_shapes=False)[0]
     if samples is not None:
-        label = f"{options.calibration_data} ({len(samples)} samples)"
-    elif options.inputs is not None:
+        label = f"{options.accuracy.calibration_data} ({len(samples)} samples)"
+    elif options.checks.inputs is not None:
         from .inputs import load_inputs
 
         original = reference if fmt != "onnx" else load_model(input, check=False, infer_shapes=False)[0]
-        samples = load_inputs(options.inputs, original)
-        label = f"{options.inputs} ({len(samples)} samples)"
+        samples = load_inputs(options.checks.inputs, original)
+        label = f"{options.checks.inputs} ({len(samples)} samples)"
     else:
-        if options.accuracy_samples < 1:
-            if options.accuracy_budget:
+        if options.accuracy.samples < 1:
+            if options.accuracy.budget:
                 raise UsageError("--accuracy-budget needs --accuracy-samples >= 1 or --calibration-data")
             return
-        samples = random_samples(reference, options.accuracy_samples, options.verify_dims)
+        samples = random_samples(reference, options.accuracy.samples, options.checks.dims)
         label = f"random inputs the model accepts ({len(samples)} samples)"
     acc = measure(reference, model, samples, label)
     report.quantization["accuracy"] = acc.to_dict()
     try:
-        check_budget(acc, options.accuracy_budget)
+        check_budget(acc, options.accuracy.budget)
     finally:
         report.quantization["accuracy"] = acc.to_dict()
 

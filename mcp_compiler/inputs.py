@@ -245,7 +245,7 @@ def _domain(v: Value) -> tuple[tuple, str]:
             if id(n) in seen:
                 continue
             seen.add(id(n))
-            op = n.op_type if n.domain in ("", "ai.onnx") else ""
+            op = n.op_type if n.is_onnx() else ""
             if op in ("Gather", "GatherElements") and i == 1:
                 data = n.inputs[0]
                 shape = (tuple(data.const.dims) if data is not None and data.const is not None

@@ -28,7 +28,6 @@ from typing import Any
 
 from .errors import UsageError
 
-_SERVING_KEYS = None  # filled from ServingParams on first use
 
 
 @dataclass
@@ -68,17 +67,14 @@ class Manifest:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
 
 
-def _serving_keys() -> dict[str, type]:
-    from dataclasses import fields
+def _target(c: "_Checker", node: Any, name: str):  # noqa: ANN202 - targets.Target
+    from .errors import UnknownTargetError
+    from .targets import get_target
 
-    from .targets.triton.params import ServingParams
-
-    kinds = {}
-    for f in fields(ServingParams):
-        t = str(f.type)
-        kinds[f.name] = bool if "bool" in t else list if "list" in t else dict if "dict" in t else \
-            str if "str" in t else int
-    return kinds
+    try:
+        return get_target(name)
+    except UnknownTargetError as e:
+        raise c.fail(node, str(e)) from None
 
 
 class _Checker:
@@ -155,8 +151,10 @@ def _manifest(path: Path, root: Any, c: _Checker) -> Manifest:
     if "defaults" in top:
         for key, (kn, vn) in c.mapping(top["defaults"][1], "defaults", _DEFAULT_KEYS).items():
             defaults[key] = c.scalar(vn, f"defaults.{key}", _DEFAULT_KEYS[key])
-            if key == "serving":
-                _check_serving(c, vn, defaults[key], "defaults.serving")
+        target_node = top["defaults"][1] if "target" in defaults else root
+        default_target = _target(c, target_node, defaults.get("target", ZooModel.target))
+        if "serving" in defaults:
+            _check_serving(c, top["defaults"][1], defaults["serving"], "defaults.serving", default_target)
     models_node = top["models"][1]
     if not isinstance(models_node, yaml.SequenceNode) or not models_node.value:
         raise c.fail(models_node, "models must be a non-empty list")
@@ -170,10 +168,11 @@ def _manifest(path: Path, root: Any, c: _Checker) -> Manifest:
         if name in names:
             raise c.fail(fields_["name"][1], f"model name {name!r} appears twice")
         names.add(name)
-        from .targets.triton.config import check_name
-
+        target_name = (c.scalar(fields_["target"][1], f"{name}.target", str) if "target" in fields_
+                       else defaults.get("target", ZooModel.target))
+        target = _target(c, fields_["target"][1] if "target" in fields_ else mn, target_name)
         try:
-            check_name(name)
+            target.check_entry_name(name)
         except UsageError as e:
             raise c.fail(fields_["name"][1], str(e)) from None
         source = _source(c, fields_["source"][1], path.parent, name)
@@ -182,7 +181,7 @@ def _manifest(path: Path, root: Any, c: _Checker) -> Manifest:
             if key in fields_:
                 value = c.scalar(fields_[key][1], f"{name}.{key}", _DEFAULT_KEYS[key])
                 if key == "serving":
-                    _check_serving(c, fields_[key][1], value, f"{name}.serving")
+                    _check_serving(c, fields_[key][1], value, f"{name}.serving", target)
                     value = {**defaults.get("serving", {}), **value}
                 elif key == "verify_dims":
                     value = {**defaults.get("verify_dims", {}), **value}
@@ -193,8 +192,8 @@ def _manifest(path: Path, root: Any, c: _Checker) -> Manifest:
     return Manifest(path, models)
 
 
-def _check_serving(c: _Checker, node: Any, value: dict, what: str) -> None:
-    kinds = _serving_keys()
+def _check_serving(c: _Checker, node: Any, value: dict, what: str, target) -> None:  # noqa: ANN001
+    kinds = target.option_types
     for k, v in value.items():
         if k not in kinds:
             raise c.fail(node, f"unknown key {k!r} in {what} (known: {', '.join(kinds)})")

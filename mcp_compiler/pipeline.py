@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .errors import UsageError
+from .options import PipelineOptions
 from .passes import PASSES, Pass, PassContext, PassManager, Repeat
 from .passes.layout import LayoutNhwcPass
 from .passes.normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
@@ -59,19 +60,22 @@ def named_pipeline(names: list[str]) -> list[Pass | Repeat]:
     return [PASSES[n]() for n in names]
 
 
-def build(target=None, passes: list[str] | None = None, disabled: set[str] | None = None,  # noqa: ANN001
-          verify_each: bool = False, quantize: QuantizeOptions | None = None,
-          calibration: list[dict] | None = None, opset: int | None = None,
-          fold_size_limit: int | None = None, layout: str = "nchw") -> PassManager:
-    disabled = set(disabled or ())
-    unknown = sorted(disabled - set(PASSES))
-    if unknown:
-        raise UsageError(f"--disable-pass: unknown pass {', '.join(map(repr, unknown))}")
-    if passes and layout == "nhwc" and "layout-nhwc" not in passes:
+def build(target=None, options: PipelineOptions | None = None,  # noqa: ANN001 - targets.Target
+          quantize: QuantizeOptions | None = None, calibration: list[dict] | None = None) -> PassManager:
+    """The PassManager for a conversion: the default pipeline (or --passes), with its context."""
+    o = options or PipelineOptions()
+    for flag, names in (("--disable-pass", o.disabled), ("--print-ir-after", o.print_ir_after - {"all"}),
+                        ("--explain-pass", o.explain)):
+        unknown = sorted(set(names) - set(PASSES))
+        if unknown:
+            raise UsageError(f"{flag}: unknown pass {', '.join(map(repr, unknown))} "
+                             f"(see `mcp-cli passes`)")
+    if o.passes and o.layout == "nhwc" and "layout-nhwc" not in o.passes:
         raise UsageError("--layout nhwc with --passes: put layout-nhwc in the --passes list")
-    steps = named_pipeline(passes) if passes else default_pipeline(target, quantize, opset, layout)
-    ctx = PassContext(verify_each=verify_each, disabled=disabled, target=target,
-                      quantize=quantize, calibration=calibration, min_opset=opset)
-    if fold_size_limit is not None:
-        ctx.fold_size_limit = fold_size_limit
+    steps = named_pipeline(o.passes) if o.passes else default_pipeline(target, quantize, o.opset, o.layout)
+    ctx = PassContext(verify_each=o.verify_each, disabled=set(o.disabled), target=target,
+                      quantize=quantize, calibration=calibration, min_opset=o.opset,
+                      print_ir_after=set(o.print_ir_after), explain=set(o.explain))
+    if o.fold_size_limit is not None:
+        ctx.fold_size_limit = o.fold_size_limit
     return PassManager(steps, ctx)

@@ -23,18 +23,35 @@ class Reporter:
         self.json_mode = json_mode
         self.out = Console(soft_wrap=True, highlight=False)
         self.err = Console(stderr=True, soft_wrap=True, highlight=False)
+        self.payload: dict[str, Any] = {}   # the --json object, printed once by finish()/fail()
+        self.done = False
 
     @property
     def rich(self) -> bool:
         return self.out.is_terminal and not self.json_mode
 
-    def json(self, payload: Any) -> None:
-        sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+    def json(self, payload: dict[str, Any]) -> None:
+        """Add to the --json object (one envelope per command: {"ok": ..., **payload})."""
+        self.payload.update(payload)
+
+    def _emit(self, envelope: dict[str, Any]) -> None:
+        if self.json_mode and not self.done:
+            sys.stdout.write(json.dumps(envelope, indent=2, sort_keys=False) + "\n")
+            sys.stdout.flush()
+        self.done = True
+
+    def finish(self, ok: bool = True) -> None:
+        """The command ended without an error (ok: its own verdict, e.g. no zoo model failed)."""
+        self._emit({"ok": ok, **{k: v for k, v in self.payload.items() if k != "ok"}})
+
+    def fail(self, kind: str, message: str, exit_code: int) -> None:
+        """One error line on stderr; with --json the error envelope (and what was known) on stdout."""
+        self.err.print(f"error: {message}", markup=False)
+        self._emit({"ok": False, "error": {"type": kind, "message": message, "exit_code": exit_code},
+                    **{k: v for k, v in self.payload.items() if k != "ok"}})
 
     def error(self, message: str) -> None:
-        if self.json_mode:
-            self.json({"ok": False, "error": message})
-        self.err.print(f"error: {message}", markup=False)
+        self.fail("Error", message, 1)
 
     def warning(self, message: str) -> None:
         self.err.print(f"warning: {message}", markup=False)
@@ -50,7 +67,7 @@ class Reporter:
     # -- convert ------------------------------------------------------------------------------
     def converted(self, r: ConvertReport, verbose: bool = False) -> None:
         if self.json_mode:
-            self.json({"ok": True, **r.to_dict()})
+            self.json(r.to_dict())
             return
         for w in r.warnings:
             self.warning(w)
@@ -65,18 +82,30 @@ class Reporter:
                            f"{abs(delta)} nodes {'removed' if delta >= 0 else 'added'}", markup=False)
             if verbose:
                 self._pass_table(r.passes)
+            self._explained(r.passes)
         if r.quantization:
             self._quantization(r.quantization, verbose)
         if r.target:
             for f in r.files:
                 self.out.print(f"  {f}", markup=False)
         if r.verification:
-            from .verify import OutputCheck, VerifyReport
+            from .reference import OutputCheck, VerifyReport
 
             v = dict(r.verification)
             v.pop("ok", None)
             v["outputs"] = [OutputCheck(**o) for o in v["outputs"]]
             self.verified(VerifyReport(**v))
+
+    def _explained(self, passes: list[dict]) -> None:
+        """--explain-pass: the candidate sites where no rule fired, and why."""
+        for p in passes:
+            misses = p["stats"].get("not_fired")
+            if misses is None:
+                continue
+            self.out.print(f"{p['name']}: {p['stats'].get('fired', 0)} fired, {len(misses)} candidate site(s) "
+                           "did not:", markup=False)
+            for m in misses:
+                self.out.print(f"  {m['node']} ({m['op']}): {'; '.join(m['why'])}", markup=False)
 
     def _quantization(self, q: dict, verbose: bool) -> None:
         ratio = f"{q['compression']:.2f}x smaller" if q.get("compression") else "no change"
@@ -122,7 +151,7 @@ class Reporter:
     # -- verify -------------------------------------------------------------------------------
     def verified(self, r) -> None:  # noqa: ANN001 - verify.VerifyReport
         if self.json_mode:
-            self.json({"ok": r.ok, **r.to_dict()})
+            self.json(r.to_dict())
             return
         ref = "" if getattr(r, "reference", "onnxruntime") == "onnxruntime" else f", original run by {r.reference}"
         inp = r.inputs or {}
@@ -166,13 +195,10 @@ class Reporter:
 
         return manager()
 
-    def zoo_done(self, results, wall: float) -> None:  # noqa: ANN001
-        from dataclasses import asdict
-
-        counts = {s: sum(r.status == s for r in results) for s in ("converted", "cached", "failed")}
+    def zoo_done(self, summary: dict, results) -> None:  # noqa: ANN001 - zoo.summary(), ZooResults
+        counts, wall = summary["counts"], summary["seconds"]
         if self.json_mode:
-            self.json({"ok": counts["failed"] == 0, "seconds": round(wall, 3), "counts": counts,
-                       "models": [asdict(r) for r in results]})
+            self.json(summary)
             return
         self.out.print(f"zoo: {len(results)} models in {wall:.2f} s: {counts['converted']} converted, "
                        f"{counts['cached']} cached, {counts['failed']} failed", markup=False)
@@ -183,7 +209,7 @@ class Reporter:
     # -- inspect ------------------------------------------------------------------------------
     def summary(self, s: ModelSummary, path: str) -> None:
         if self.json_mode:
-            self.json({"ok": True, "path": path, **s.to_dict()})
+            self.json({"path": path, **s.to_dict()})
             return
         opsets = ", ".join(f"{d or 'ai.onnx'}:{v}" for d, v in s.opsets.items())
         head = [f"{path} ({s.format}, ir_version {s.ir_version}, producer {s.producer or '-'})",

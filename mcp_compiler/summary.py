@@ -63,7 +63,7 @@ def summarize(model: Model, fmt: str, values: bool = False) -> ModelSummary:
     nodes = 0
     for n in model.graph.walk():
         nodes += 1
-        hist[f"{n.domain}.{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type] += 1
+        hist[f"{n.domain}.{n.op_type}" if not n.is_onnx() else n.op_type] += 1
     by_dtype: Counter[str] = Counter()
     count = 0
     for t in model.tensors():

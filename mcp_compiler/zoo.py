@@ -155,8 +155,9 @@ def _failure(zm: ZooModel, t0: float, e: BaseException) -> ZooResult:
 
 def convert_one(zm: ZooModel, cache: Path, verify: bool, model_file: Path, key: str) -> ZooResult:
     """Convert one model into the cache entry for `key` (runs in a worker process)."""
-    from .api import ConvertOptions, convert
-    from .targets.triton.params import ServingParams
+    from .api import compile_model
+    from .options import CheckOptions, CompileOptions, TargetChoice
+    from .targets import get_target
 
     t0 = time.perf_counter()
     try:
@@ -164,10 +165,11 @@ def convert_one(zm: ZooModel, cache: Path, verify: bool, model_file: Path, key: 
         staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=(cache / "entries").resolve()))
         try:
             follow_umask(staging, directory=True)  # mkdtemp makes 0700
-            serving = ServingParams(**zm.serving).validate()
-            convert(model_file, staging, ConvertOptions(target=zm.target, name=zm.name, backend=zm.backend,
-                                                        serving=serving, verify=verify,
-                                                        verify_dims=zm.verify_dims if verify else {}))
+            options = CompileOptions(target=TargetChoice(zm.target, zm.name, zm.backend),
+                                     checks=CheckOptions(verify=verify, dims=zm.verify_dims if verify else {}))
+            options = options.with_target_settings(get_target(zm.target), {}, zm.serving,
+                                                   f"the manifest's entry {zm.name!r}")
+            compile_model(model_file, staging, options)
             final = cache / "entries" / key
             if not final.exists():
                 os.replace(staging, final)
@@ -187,18 +189,19 @@ def _files(entry: Path) -> list[str]:
 def run_zoo(manifest: Manifest, output: Path, *, jobs: int | None = None, shard: tuple[int, int] = (1, 1),
             cache: Path | None = None, verify: bool = False,
             progress: Callable[[ZooResult, int, int], None] | None = None) -> list[ZooResult]:
-    from .targets.triton.emit import install_entry
+    from .targets import get_target
 
     cache = Path(cache or default_cache())
     (cache / "entries").mkdir(parents=True, exist_ok=True)
     models = select(manifest.models, shard)
+    targets = {m.name: m.target for m in models}
     jobs = max(1, jobs or os.cpu_count() or 1)
     results: dict[str, ZooResult] = {}
 
     def done(r: ZooResult) -> None:
         if r.status != "failed":
             try:
-                install_entry(cache / "entries" / r.key / r.name, output, r.name)
+                get_target(targets[r.name]).install(cache / "entries" / r.key / r.name, output, r.name)
             except (McpError, OSError) as e:
                 r.status, r.reason = "failed", f"installing into {output}: {e}"
         results[r.name] = r
@@ -241,13 +244,12 @@ def run_zoo(manifest: Manifest, output: Path, *, jobs: int | None = None, shard:
     return [results[m.name] for m in models]
 
 
-def write_report(results: list[ZooResult], path: Path, manifest: Manifest, shard: tuple[int, int]) -> None:
-    import json
-
-    body = {"manifest": str(manifest.path), "shard": f"{shard[0]}/{shard[1]}", "compiler": __version__,
-            "counts": {s: sum(r.status == s for r in results) for s in ("converted", "cached", "failed")},
+def summary(results: list[ZooResult], manifest: Manifest, shard: tuple[int, int], wall: float) -> dict:
+    """What `zoo --json` prints and `zoo --report` writes (one schema)."""
+    counts = {s: sum(r.status == s for r in results) for s in ("converted", "cached", "failed")}
+    return {"ok": counts["failed"] == 0, "manifest": str(manifest.path), "shard": f"{shard[0]}/{shard[1]}",
+            "compiler": __version__, "seconds": round(wall, 3), "counts": counts,
             "models": [asdict(r) for r in results]}
-    path.write_text(json.dumps(body, indent=2) + "\n")
 
 
 def write_junit(results: list[ZooResult], path: Path) -> None:

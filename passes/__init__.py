@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
-from ._infra import (Pass, PassContext, PassError, PassManager, PassRecord, PassResult,
-                     PipelineError, Property, Repeat)
+from ._infra import (ALL, REWRITES, ContractError, Pass, PassContext, PassError, PassManager, PassRecord,
+                     PassResult, PipelineError, Property, Repeat)
 from .layout import LayoutNhwcPass
 from .normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
                         DeadCodeEliminationPass, DeduplicateWeightsPass, FoldBatchNormPass,
@@ -35,5 +35,5 @@ PASSES: dict[str, type[Pass]] = _table(   # in default-pipeline order (`mcp-cli 
     QuantizeInt4Pass, QuantizeFp8Pass, LegalizePass,
 )
 
-__all__ = ["PASSES", "Pass", "PassContext", "PassError", "PassManager", "PassRecord", "PassResult",
+__all__ = ["ALL", "PASSES", "REWRITES", "ContractError", "Pass", "PassContext", "PassError", "PassManager", "PassRecord", "PassResult",
            "PipelineError", "Property", "Repeat"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -11,6 +12,9 @@ from typing import Any, ClassVar
 
 from mcp_compiler.errors import McpError
 from mcp_compiler.ir import Model
+
+
+_IR_LOG = logging.getLogger("mcp_compiler.ir")   # --print-ir-after writes here
 
 
 class Property(enum.Enum):
@@ -21,6 +25,14 @@ class Property(enum.Enum):
     TARGET_LEGAL = "target-legal"
     SHAPES_INFERRED = "shapes-inferred"
     LAYOUT_NHWC = "layout-nhwc"
+    UNIQUE_WEIGHTS = "unique-weights"
+
+
+ALL = frozenset(Property)
+# What a local rewrite (a fusion) keeps: it makes no Constant node, its results keep their
+# shapes, the interface keeps its layout. Not kept: dead code (what it leaves), legality (new
+# ops), unique weights (new constants).
+REWRITES = frozenset({Property.NO_CONSTANT_NODES, Property.SHAPES_INFERRED, Property.LAYOUT_NHWC})
 
 
 class PassError(McpError):
@@ -32,6 +44,12 @@ class PassError(McpError):
         self.pass_name, self.previous, self.cause = name, list(previous), cause
         after = f" (after {', '.join(previous)})" if previous else ""
         super().__init__(f"pass {name} failed{after}: {type(cause).__name__}: {cause}")
+
+
+class ContractError(McpError):
+    """A pass broke what it claims (--verify-each): a property it establishes does not hold."""
+
+    exit_code = 1
 
 
 class PipelineError(McpError):
@@ -60,18 +78,31 @@ class PassContext:
     quantize: Any = None             # passes.quantize.QuantizeOptions for the quantize-* passes
     calibration: list[dict] | None = None   # input samples (name -> array) for activation ranges
     min_opset: int | None = None     # upgrade-opset: the ai.onnx opset to raise the model to
+    print_ir_after: set[str] = field(default_factory=set)   # pass names (or "all"): IR to the log
+    explain: set[str] = field(default_factory=set)          # rule passes that list why sites did not fire
 
 
 class Pass(abc.ABC):
+    """A pass declares its contract: the properties it `requires` before it runs, those it
+    `establishes` (checked after it with --verify-each), and those a run that modifies the
+    model `preserves`; every other property is dropped (MLIR's rule)."""
+
     name: ClassVar[str]
     requires: ClassVar[frozenset[Property]] = frozenset()
     establishes: ClassVar[frozenset[Property]] = frozenset()
-    # Properties a modifying run keeps; None: keeps all it does not establish itself.
-    preserves: ClassVar[frozenset[Property] | None] = None
+    preserves: ClassVar[frozenset[Property]] = frozenset()
 
     @abc.abstractmethod
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         """Rewrite `model` in place."""
+
+    def broken_claims(self, model: Model, ctx: PassContext) -> list[str]:
+        """What the pass claims about the model after it ran and does not hold: each property
+        it establishes, checked (rule passes add: no rule fires any more)."""
+        from .properties import violations
+
+        return [f"{prop.value}: {v}" for prop in sorted(self.establishes, key=lambda p: p.value)
+                for v in violations(prop, model, ctx)[:5]]
 
 
 @dataclass
@@ -107,6 +138,7 @@ class PassManager:
         for s in self.steps:
             if isinstance(s, Repeat):
                 s.passes = [p for p in s.passes if p.name not in self.ctx.disabled]
+        self.initial = initial
         self._check_plan(initial)
 
     def _flat(self) -> list[Pass]:
@@ -123,11 +155,12 @@ class PassManager:
                 hint = f" (put {' or '.join(givers)} before it)" if givers else ""
                 raise PipelineError(f"pass {p.name} requires {', '.join(m.value for m in missing)}, "
                                     f"which no earlier pass establishes{hint}")
-            if p.preserves is not None:
-                props &= set(p.preserves)
+            props &= set(p.preserves)
             props |= p.establishes
 
     def run(self, model: Model) -> tuple[Model, list[PassRecord]]:
+        """Run the steps; `self.properties` then holds what the model is known to have."""
+        self.properties: set[Property] = set(self.initial)
         records: list[PassRecord] = []
         done: list[str] = []
         for step in self.steps:
@@ -154,6 +187,18 @@ class PassManager:
             raise
         except Exception as e:  # noqa: BLE001 - wrapped with the pass's name
             raise PassError(p.name, done, e) from e
+        if self.ctx.verify_each:
+            broken = p.broken_claims(model, self.ctx)
+            if broken:
+                raise ContractError(f"pass {p.name} claims what does not hold after it ran: {'; '.join(broken[:5])}"
+                                    + (f" (and {len(broken) - 5} more)" if len(broken) > 5 else ""))
+        if result.modified:
+            self.properties &= set(p.preserves)
+        self.properties |= p.establishes
+        if self.ctx.print_ir_after & {p.name, "all"}:
+            from mcp_compiler.ir.printer import print_model
+
+            _IR_LOG.info("// IR after %s%s\n%s", p.name, "" if result.modified else " (unchanged)", print_model(model))
         records.append(PassRecord(p.name, result.modified, round(time.perf_counter() - t0, 6),
                                   before, count_nodes(model), dict(result.stats), it,
                                   [dict(d) for d in result.details], list(result.warnings)))

@@ -151,7 +151,7 @@ def _match(p: Pattern, v: Value | None, s: _State) -> Iterator[_State]:
 
 def _match_op(p: Op, v: Value, s: _State) -> Iterator[_State]:
     n = v.producer
-    if n is None or v.output_index != 0 or n.op_type != p.op_type or n.domain not in ("", "ai.onnx"):
+    if n is None or v.output_index != 0 or n.op_type != p.op_type or not n.is_onnx():
         return
     if p.name is not None and p.name in s.bound:
         if s.bound[p.name] is n:
@@ -182,3 +182,13 @@ def _match_inputs(pats: tuple[Pattern, ...], ins: tuple[Value | None, ...], i: i
 
 def _near(v: float, want: float) -> bool:
     return abs(v - want) <= 1e-6 * max(abs(want), 1e-30) or v == want
+
+
+def why_not(pattern: Pattern, root: Node, outputs: set[int]) -> str:
+    """Why `match(pattern, root, outputs)` found nothing, in words (for --explain-pass)."""
+    if not root.outputs:
+        return "the node has no outputs"
+    shapes = [st for st in _match(pattern, root.outputs[0], _State({}, (), ())) if st.nodes and st.nodes[0] is root]
+    if not shapes:
+        return "its operands are not the pattern's (other ops, constants or types)"
+    return "a value inside the pattern is used elsewhere or is a graph output"

@@ -31,7 +31,7 @@ def only_use(v: Value, outputs: set[int]) -> Node | None:
 
 def producer(v: Value | None, op: str) -> Node | None:
     p = v.producer if v is not None else None
-    return p if p is not None and p.op_type == op and p.domain in ("", "ai.onnx") else None
+    return p if p is not None and p.op_type == op and p.is_onnx() else None
 
 
 def fresh_name(names: set[str], base: str) -> str:

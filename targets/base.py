@@ -1,23 +1,29 @@
-"""The Target protocol: the op/opset range a runtime accepts, its rewrite rules, its emitter."""
+"""The Target interface: the only door to a target. It parses its own options, names and checks
+entries, lists its rewrite rules, emits, verifies what it emitted, and lists its CLI commands."""
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from mcp_compiler.ir import Model
+if TYPE_CHECKING:   # the IR is not imported by `mcp-cli targets`
+    from mcp_compiler.ir import Model
+    from mcp_compiler.reference import VerifyReport
 
 
 @dataclass
 class TargetOptions:
-    """Per-conversion options a target reads (serving parameters, backend, name)."""
+    """Per-conversion options a target reads: its own parsed settings (`params`, from
+    `Target.options_from`) and what the compiler decides (name, quantization)."""
 
     name: str | None = None
     backend: str = "python"
     force: bool = False
-    serving: dict[str, Any] = field(default_factory=dict)
+    params: Any = None               # the target's own typed options (Target.options_from)
+    quantization: str = "none"       # what the pipeline quantized to (one source: CompileOptions)
     load_check: bool = True          # the target's runtime loads the staged artifacts first
     # Called with the staged entry before it replaces anything (e.g. verify); raising stops the emit.
     check: Callable[[Path], None] | None = None
@@ -31,12 +37,50 @@ class EmitResult:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass
+class ParsedOptions:
+    """What `Target.options_from` returns: the target's settings, and the compiler settings the
+    build file also names (e.g. {"quantize": "int4"}), which the caller merges into its own."""
+
+    params: Any
+    compile: dict[str, Any] = field(default_factory=dict)
+
+
 class Target(abc.ABC):
     name: ClassVar[str]
     description: ClassVar[str]
-    runtime: ClassVar[str]           # what executes the emitted model, by version
-    opset_range: ClassVar[tuple[int, int]]   # default-domain opsets accepted
+    # The settings a build file or a zoo manifest may give this target, key -> type.
+    option_types: ClassVar[Mapping[str, type]] = {}
 
+    @property
+    def runtime(self) -> str:
+        """What executes the emitted model, by version."""
+        return "?"
+
+    @property
+    def opset_range(self) -> tuple[int, int]:
+        """The default-domain opsets the target accepts."""
+        return (1, 1)
+
+    # --- options and names -------------------------------------------------------------------
+    def options_from(self, flags: Mapping[str, Any], build_file: Mapping[str, Any] | None = None) -> ParsedOptions:
+        """The target's typed options from a build file's settings and the flags (None = not given;
+        flags win). A target with no options refuses any."""
+        given = sorted(k for k, v in {**(build_file or {}), **flags}.items() if v is not None)
+        if given:
+            from mcp_compiler.errors import UsageError
+
+            raise UsageError(f"target {self.name} has no setting {given[0]!r}")
+        return ParsedOptions(None)
+
+    def entry_name(self, stem: str) -> str:
+        """The default name of the entry for a model file called `stem`."""
+        return stem
+
+    def check_entry_name(self, name: str) -> str:
+        return name
+
+    # --- compile -----------------------------------------------------------------------------
     def check(self, model: Model) -> list[str]:
         """Raise UnsupportedError if the model is outside what the target accepts; return warnings."""
         from mcp_compiler.errors import UnsupportedError
@@ -50,9 +94,26 @@ class Target(abc.ABC):
         return []
 
     def legalize_passes(self) -> list:
-        """The target's rewrite rules, run after normalization (passes from mcp_compiler.passes)."""
+        """The target's rewrite rules, run after normalization; the last establishes target-legal."""
+        return []
+
+    def is_legal(self, model: Model) -> list[str]:
+        """What in `model` the target cannot run (empty: all of it); checks target-legal."""
         return []
 
     @abc.abstractmethod
     def emit(self, model: Model, out_dir: Path, options: TargetOptions) -> EmitResult:
         """Write the target's artifacts for `model` under `out_dir`, atomically."""
+
+    # --- after emitting ----------------------------------------------------------------------
+    def verify(self, original: Path, entry: Path, **kw: Any) -> VerifyReport:
+        """Compare the emitted `entry` with onnxruntime on the `original` model."""
+        raise NotImplementedError(f"target {self.name} cannot verify its output")
+
+    def install(self, entry: Path, out_dir: Path, name: str) -> Path:
+        """Copy a finished entry (a cached one) into `out_dir` as `name`, atomically."""
+        raise NotImplementedError(f"target {self.name} cannot install a cached entry")
+
+    def commands(self) -> list[Callable]:
+        """The target's own CLI commands (typer functions with a `__command_name__`)."""
+        return []

@@ -23,3 +23,18 @@ def tiny_model() -> onnx.ModelProto:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m
+
+
+@pytest.fixture(autouse=True)
+def verify_each_pass(monkeypatch):
+    """Every pipeline run in-process checks the IR and each pass's claims after every pass
+    (--verify-each), so a pass that breaks what it says it establishes fails the test using it."""
+    from mcp_compiler.passes import PassManager
+
+    init = PassManager.__init__
+
+    def checked(self, steps, ctx=None, initial=frozenset()):  # noqa: ANN001, ANN202
+        init(self, steps, ctx, initial)
+        self.ctx.verify_each = True
+
+    monkeypatch.setattr(PassManager, "__init__", checked)

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from mcp_compiler.api import ConvertOptions, convert
+from mcp_compiler import CompileOptions, compile_model
 from mcp_compiler.mcpir import read_mcpir
 
 pytestmark = pytest.mark.slow  # a model over 2 GB
@@ -49,8 +49,8 @@ def big(tmp_path_factory):
 @pytest.mark.parametrize("backend", ["python", "onnxruntime"])
 def test_over_2gb_converts_and_verifies(big, tmp_path, backend):
     repo = tmp_path / "repo"
-    rep = convert(big, repo, ConvertOptions(target="triton-v1.12", name="big", backend=backend,
-                                            verify=True, verify_dims={"N": 2}))
+    rep = compile_model(big, repo, CompileOptions.for_target("triton-v1.12", "big", backend=backend,
+                                                             verify=True, dims={"N": 2}))
     assert rep.weight_bytes == COUNT * K * N * 4 > 2**31
     assert rep.verification["ok"]
     vdir = repo / "big" / "1"

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc import model_config_pb2 as mc
 
-from mcp_compiler.api import ConvertOptions, convert
+from mcp_compiler import CompileOptions, compile_model
 from mcp_compiler.mcpir import read_mcpir
-from mcp_compiler.verify import verify
+from mcp_compiler.targets.triton.verify import verify
 
 from _helpers import GOLDEN
 
@@ -139,7 +139,7 @@ def test_interface_names_cannot_inject_into_config(tmp_path):
     g = helper.make_graph(nodes, "names", ins, outs)
     src = tmp_path / "names.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
-    convert(src, tmp_path / "repo", ConvertOptions(target=T, name="names"))
+    compile_model(src, tmp_path / "repo", CompileOptions.for_target(T, "names"))
     cfg = text_format.Parse((tmp_path / "repo" / "names" / "config.pbtxt").read_text(), mc.ModelConfig())
     assert [i.name for i in cfg.input] == NASTY  # escaped by protobuf, parsed back exactly
     assert len(cfg.input) == len(NASTY) and len(cfg.output) == len(NASTY)
@@ -185,7 +185,7 @@ def random_models(draw):
 def test_random_graphs_convert_and_verify(tmp_path_factory, model):
     d = tmp_path_factory.mktemp("rand")
     onnx.save(model, d / "m.onnx")
-    convert(d / "m.onnx", d / "repo", ConvertOptions(target=T, name="m", verify=True, verify_dims={"N": 3}))
+    compile_model(d / "m.onnx", d / "repo", CompileOptions.for_target(T, "m", verify=True, dims={"N": 3}))
 
 
 @pytest.mark.slow

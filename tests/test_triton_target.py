@@ -32,7 +32,9 @@ def _config(path) -> mc.ModelConfig:
 def test_targets_lists_triton():
     r = runner.invoke(app, ["targets", "--json"])
     assert r.exit_code == 0
-    assert [t["name"] for t in json.loads(r.output)] == [T]
+    out = json.loads(r.output)
+    assert out["ok"] and [t["name"] for t in out["targets"]] == [T]
+    assert {"serve", "deploy", "verify", "status", "undeploy"} <= set(out["targets"][0]["commands"])
 
 
 def test_unknown_target_lists_known(tmp_path):

@@ -139,6 +139,10 @@ class Node:
         for i in range(len(self._inputs)):
             self.set_input(i, None)
 
+    def is_onnx(self, *op_types: str) -> bool:
+        """In the default (ai.onnx) domain, and (when given) one of `op_types`."""
+        return self.domain in ("", "ai.onnx") and (not op_types or self.op_type in op_types)
+
     def subgraphs(self) -> Iterator[Graph]:
         for a in self.attributes.values():
             if a.type == AttrType.GRAPH:

@@ -32,7 +32,7 @@ def _perm(n: Node) -> list[int] | None:
 
 
 def _is_transpose(n: Node | None, perm: list[int] | None = None) -> bool:
-    return (n is not None and n.op_type == "Transpose" and n.domain in ("", "ai.onnx")
+    return (n is not None and n.op_type == "Transpose" and n.is_onnx()
             and (perm is None or _perm(n) == perm))
 
 
@@ -48,7 +48,7 @@ def _reaches_spatial_down(v: Value) -> bool:
         nxt = []
         for x, perm in frontier:
             for n, _i in x.uses:
-                if n.domain not in ("", "ai.onnx") or id(n) in seen:
+                if not n.is_onnx() or id(n) in seen:
                     continue
                 seen.add(id(n))
                 if n.op_type in SPATIAL and perm == [0, 1, 2, 3]:
@@ -67,7 +67,7 @@ def _reaches_spatial_up(v: Value) -> bool:
     x = v
     for _ in range(_SEARCH):
         n = x.producer
-        if n is None or n.domain not in ("", "ai.onnx"):
+        if n is None or not n.is_onnx():
             return False
         if n.op_type in SPATIAL:
             return True
@@ -101,6 +101,7 @@ class LayoutNhwcPass(Pass):
     """
 
     name = "layout-nhwc"
+    requires = frozenset()
     establishes = frozenset({Property.LAYOUT_NHWC})
     preserves = frozenset({Property.NO_CONSTANT_NODES, Property.NO_DEAD_CODE})
 
@@ -185,7 +186,7 @@ def _optimize(g: Graph, names: set[str]) -> tuple[int, int]:
                 cancelled += 1
                 work.append(n)
             continue
-        if n.domain not in ("", "ai.onnx") or len(n.outputs) != 1 or id(n.outputs[0]) in outputs:
+        if not n.is_onnx() or len(n.outputs) != 1 or id(n.outputs[0]) in outputs:
             continue
         if n.op_type in UNARY and index == 0:
             pass

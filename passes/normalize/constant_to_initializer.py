@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import AttrType, DataType, Model, Tensor
+from mcp_compiler.ir import AttrType, DataType, Model, Node, Tensor
 
-from .._infra import Pass, PassContext, PassResult, Property
+from .._infra import ALL, Pass, PassContext, PassResult, Property
 
 # Constant's attribute -> (dtype, rank) of the tensor it makes.
 _SCALARS = {"value_float": (DataType.FLOAT, 0), "value_floats": (DataType.FLOAT, 1),
@@ -25,7 +25,9 @@ class ConstantToInitializerPass(Pass):
     """
 
     name = "constant-to-initializer"
+    requires = frozenset()
     establishes = frozenset({Property.NO_CONSTANT_NODES})
+    preserves = ALL - {Property.UNIQUE_WEIGHTS}
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         if model.ir_version < 4:
@@ -35,7 +37,7 @@ class ConstantToInitializerPass(Pass):
             outputs = {id(v) for v in g.outputs}
             done = []
             for n in g.nodes:
-                if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or len(n.attributes) != 1:
+                if n.op_type != "Constant" or not n.is_onnx() or len(n.attributes) != 1:
                     continue
                 out = n.outputs[0]
                 if id(out) in outputs:
@@ -75,3 +77,13 @@ def _tensor(node, name: str) -> Tensor | None:  # noqa: ANN001
         arr = np.asarray(v, dtype=dtype.numpy_dtype)
         return Tensor.from_numpy(name, arr, dtype)
     return None
+
+
+def movable_constants(model: Model) -> list[Node]:
+    """The Constant nodes this pass would move (what no-constant-nodes rules out): in the
+    model's graphs (not function bodies), not a graph output, at IR version 4 or later."""
+    if model.ir_version < 4:
+        return []
+    return [n for g in model.graph.graphs() for n in g.nodes
+            if n.op_type == "Constant" and n.is_onnx() and len(n.attributes) == 1
+            and all(n.outputs[0] is not v for v in g.outputs) and _tensor(n, n.outputs[0].name) is not None]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mcp_compiler.ir import AttrType, Model, Node
 
-from .._infra import Pass, PassContext, PassResult
+from .._infra import ALL, Pass, PassContext, PassResult
 
 # Ops whose results differ between two calls with the same inputs.
 _NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
@@ -20,6 +20,9 @@ class CommonSubexpressionEliminationPass(Pass):
     """
 
     name = "common-subexpression-elimination"
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = ALL
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         merged = 0

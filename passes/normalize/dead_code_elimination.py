@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mcp_compiler.ir import Graph, Model
 
-from .._infra import Pass, PassContext, PassResult, Property
+from .._infra import ALL, Pass, PassContext, PassResult, Property
 
 
 class DeadCodeEliminationPass(Pass):
@@ -16,7 +16,9 @@ class DeadCodeEliminationPass(Pass):
     """
 
     name = "dead-code-elimination"
+    requires = frozenset()
     establishes = frozenset({Property.NO_DEAD_CODE})
+    preserves = ALL
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         nodes = inits = 0

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from mcp_compiler.ir import Model
 from mcp_compiler.ir.tensor import Tensor
 
-from .._infra import Pass, PassContext, PassResult
+from .._infra import ALL, Pass, PassContext, PassResult, Property
 
 _CHUNK = 1 << 20
 _PROBE = 4096        # bytes per sample of the fingerprint
@@ -27,23 +27,40 @@ class DeduplicateWeightsPass(Pass):
     """
 
     name = "deduplicate-weights"
+    requires = frozenset()
+    establishes = frozenset({Property.UNIQUE_WEIGHTS})
+    preserves = ALL - {Property.NO_DEAD_CODE}
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         merged = saved = 0
         for g in model.graph.graphs():  # function bodies have no initializers
-            interface = {id(v) for v in [*g.inputs, *g.outputs]}
-            by_type: dict[tuple, list] = {}
-            for v in g.initializers.values():
-                t = v.const
-                if id(v) not in interface and t.string_data is None:
-                    by_type.setdefault((int(t.dtype), t.dims), []).append(v)
-            for group in by_type.values():
+            for group in _candidates(g):
                 for keep, dup in _duplicates(group):
                     dup.replace_all_uses_with(keep)
                     del g.initializers[dup.name]
                     merged += 1
                     saved += dup.const.nbytes
         return PassResult(model, merged > 0, {"initializers_merged": merged, "bytes_saved": saved})
+
+
+def _candidates(g) -> list[list]:  # noqa: ANN001 - ir.Graph
+    """The graph's initializers that may merge, grouped by dtype and dims."""
+    interface = {id(v) for v in [*g.inputs, *g.outputs]}
+    by_type: dict[tuple, list] = {}
+    for v in g.initializers.values():
+        t = v.const
+        if id(v) not in interface and t.string_data is None:
+            by_type.setdefault((int(t.dtype), t.dims), []).append(v)
+    return list(by_type.values())
+
+
+def duplicate_groups(g) -> list[list]:  # noqa: ANN001 - ir.Graph
+    """Initializers of g that hold the same bytes (what the unique-weights property rules out)."""
+    groups: dict[int, list] = {}
+    for group in _candidates(g):
+        for keep, dup in _duplicates(group):
+            groups.setdefault(id(keep), [keep]).append(dup)
+    return list(groups.values())
 
 
 def _duplicates(group: list) -> Iterator[tuple]:

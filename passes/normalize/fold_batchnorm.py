@@ -7,7 +7,7 @@ import numpy as np
 from mcp_compiler.ir import Model
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult
+from .._infra import Pass, PassContext, PassResult, REWRITES
 
 
 class FoldBatchNormPass(Pass):
@@ -23,6 +23,9 @@ class FoldBatchNormPass(Pass):
     """
 
     name = "fold-batchnorm"
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = REWRITES
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         folded = 0
@@ -31,7 +34,7 @@ class FoldBatchNormPass(Pass):
             names = None
             dead = []
             for bn in g.nodes:
-                if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx") or len(bn.inputs) < 5:
+                if bn.op_type != "BatchNormalization" or not bn.is_onnx() or len(bn.inputs) < 5:
                     continue
                 if bn.attributes.get("training_mode") is not None and bn.attributes["training_mode"].value:
                     continue
@@ -39,7 +42,7 @@ class FoldBatchNormPass(Pass):
                     continue
                 x = bn.inputs[0]
                 p = x.producer if x is not None else None
-                if p is None or p.op_type not in ("Conv", "ConvTranspose", "Gemm") or p.domain not in ("", "ai.onnx"):
+                if p is None or p.op_type not in ("Conv", "ConvTranspose", "Gemm") or not p.is_onnx():
                     continue
                 if R.only_use(x, outputs) is not bn:
                     continue

@@ -6,7 +6,7 @@ import numpy as np
 
 from mcp_compiler.ir import AttrType, Graph, Model, Node, Tensor, TensorType
 
-from .._infra import Pass, PassContext, PassResult
+from .._infra import ALL, Pass, PassContext, PassResult, Property
 
 _NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                      "Multinomial", "Bernoulli", "Dropout"}
@@ -25,6 +25,9 @@ class FoldConstantsPass(Pass):
     """
 
     name = "fold-constants"
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = ALL - {Property.NO_DEAD_CODE, Property.UNIQUE_WEIGHTS}
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         g = model.graph
@@ -32,7 +35,7 @@ class FoldConstantsPass(Pass):
         known: set[int] = {id(v) for v in g.initializers.values()}
         fold: list[Node] = []
         for n in g.nodes:
-            if n.domain not in ("", "ai.onnx") or n.op_type in _NONDETERMINISTIC:
+            if not n.is_onnx() or n.op_type in _NONDETERMINISTIC:
                 continue
             if any(a.type in (AttrType.GRAPH, AttrType.GRAPHS) or a.ref_attr_name for a in n.attributes.values()):
                 continue

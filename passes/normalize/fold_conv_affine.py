@@ -7,7 +7,7 @@ import numpy as np
 from mcp_compiler.ir import Model
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult
+from .._infra import Pass, PassContext, PassResult, REWRITES
 
 
 class FoldConvAffinePass(Pass):
@@ -22,6 +22,9 @@ class FoldConvAffinePass(Pass):
     """
 
     name = "fold-conv-affine"
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = REWRITES
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         folded = 0
@@ -30,7 +33,7 @@ class FoldConvAffinePass(Pass):
             names = None
             dead = []
             for n in g.nodes:
-                if n.op_type not in ("Mul", "Add") or n.domain not in ("", "ai.onnx") or len(n.inputs) != 2:
+                if n.op_type not in ("Mul", "Add") or not n.is_onnx() or len(n.inputs) != 2:
                     continue
                 a, b = n.inputs
                 conv_out, c = (a, b) if R.producer(a, "Conv") is not None else (b, a)

@@ -9,7 +9,7 @@ import numpy as np
 from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult
+from .._infra import Pass, PassContext, PassResult, REWRITES
 
 
 class FuseClipPass(Pass):
@@ -25,6 +25,9 @@ class FuseClipPass(Pass):
     """
 
     name = "fuse-clip"
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = REWRITES
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         opset = model.onnx_opset
@@ -59,7 +62,7 @@ class FuseClipPass(Pass):
 
 def _clamp(n: Node) -> tuple[Value, float, float] | None:
     """(x, lo, hi) when n clamps a float32 x to [lo, hi] (lo <= hi), else None."""
-    if n.domain not in ("", "ai.onnx") or len(n.outputs) != 1 or not n.inputs:
+    if not n.is_onnx() or len(n.outputs) != 1 or not n.inputs:
         return None
     x = n.inputs[0]
     if n.op_type in ("Relu", "Clip") and not R.is_float32(x):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 
-from mcp_compiler.ir import Attribute, AttrType, Model, Node
+from mcp_compiler.ir import Attribute, AttrType, Graph, Model, Node, Value
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult
-from .._pattern import Const, Op, Or, Var, match
+from .._infra import Property, REWRITES
+from .._pattern import Const, Match, Op, Or, Var
+from .._rules import Rule, RuleSetPass, broadcasts_like_x
 
 X = Var("x", where=R.is_float32)
 HALF, ONE = Const(0.5), Const(1.0)
@@ -24,10 +25,19 @@ def gelu_of(term: Op) -> Or:
               Op("Mul", X, Op("Mul", term, HALF)))
 
 
-RULES = {"erf": (gelu_of(ERF_TERM), "none"), "tanh": (gelu_of(TANH_TERM), "tanh")}
+def _gelu(approximate: str):  # noqa: ANN202
+    attrs = [Attribute("approximate", AttrType.STRING, approximate.encode())] if approximate != "none" else []
+
+    def replace(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+        return [Node("Gelu", [m["x"]], [y], name=m.nodes[-1].name or y.name, attributes=list(attrs))]
+    return replace
 
 
-class FuseGeluPass(Pass):
+RULES = (Rule("erf", gelu_of(ERF_TERM), _gelu("none"), broadcasts_like_x),
+         Rule("tanh", gelu_of(TANH_TERM), _gelu("tanh"), broadcasts_like_x))
+
+
+class FuseGeluPass(RuleSetPass):
     """Rules (x float32; constants with one element; intermediates used only in the pattern;
     operands of Add/Mul in either order):
 
@@ -41,28 +51,11 @@ class FuseGeluPass(Pass):
     """
 
     name = "fuse-gelu"
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = REWRITES
+    rounds = (RULES,)
 
-    def run(self, model: Model, ctx: PassContext) -> PassResult:
+    def not_applicable(self, model: Model) -> str | None:
         opset = model.onnx_opset
-        if opset < 20:
-            return PassResult(model, False, {"fused": 0, "reason": f"opset {opset} < 20 (--opset 20 enables it)"})
-        fused = dict.fromkeys(RULES, 0)
-        for g in model.all_graphs():
-            outputs = {id(v) for v in g.outputs}
-            splice = R.Splice(g)
-            for root in g.nodes:
-                if root.op_type != "Mul":
-                    continue
-                for form, (pattern, approximate) in RULES.items():
-                    m = match(pattern, root, outputs)
-                    if m is None or splice.taken(m.nodes) or not m.broadcasts_like(m["x"]):
-                        continue
-                    y = root.outputs[0]
-                    attrs = [Attribute("approximate", AttrType.STRING, b"tanh")] if approximate != "none" else []
-                    splice.free(m.nodes)
-                    splice.replace(m.nodes, [Node("Gelu", [m["x"]], [y], name=root.name or y.name,
-                                                  attributes=attrs)])
-                    fused[form] += 1
-                    break
-            splice.apply()
-        return PassResult(model, any(fused.values()), {"fused": sum(fused.values()), **fused})
+        return f"opset {opset} < 20 (--opset 20 enables it)" if opset is not None and opset < 20 else None

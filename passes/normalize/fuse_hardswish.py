@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
+from mcp_compiler.ir import Attribute, AttrType, Graph, Model, Node, Value
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult
-from .._pattern import Const, Match, Op, Or, Pattern, Var, match
+from .._infra import Property, REWRITES
+from .._pattern import Const, Match, Op, Or, Var
+from .._rules import Rule, RuleSetPass, broadcasts_like_x
 
 
 def _bounds(lo: float, hi: float) -> Callable[[Node], bool]:
@@ -36,31 +37,33 @@ def _hardsigmoid(x: Value, y: Value, name: str, alpha: float = 1 / 6, beta: floa
                                                                Attribute("beta", AttrType.FLOAT, beta)])
 
 
-def _hardswish(m: Match, y: Value, name: str, opset: int) -> list[Node]:
-    x = m["x"]
-    if opset >= 14:
+def _hardswish(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+    x, name = m["x"], m.nodes[-1].name or y.name
+    if model.onnx_opset >= 14:
         return [Node("HardSwish", [x], [y], name=name)]
     sig = Value(f"{y.name}__hardsigmoid", y.type)
     return [_hardsigmoid(x, sig, f"{name}_hardsigmoid"), Node("Mul", [x, sig], [y], name=name)]
 
 
-def _affine_hardsigmoid(m: Match, y: Value, name: str, opset: int) -> list[Node]:
+def _plain_hardsigmoid(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+    return [_hardsigmoid(m["x"], y, m.nodes[-1].name or y.name)]
+
+
+def _affine_hardsigmoid(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
     alpha = m.scalar("a") if "a" in m.bound else 1 / m.scalar("k")
-    return [_hardsigmoid(m["x"], y, name, alpha, m.scalar("b"))]
+    return [_hardsigmoid(m["x"], y, m.nodes[-1].name or y.name, alpha, m.scalar("b"))]
 
 
-# name, pattern, replacement(match, result value, node name, opset), least opset
-Rule = tuple[str, Pattern, Callable[[Match, Value, str, int], list[Node]], int]
 ROUNDS: tuple[tuple[Rule, ...], ...] = (
-    (("hardswish", HARD_SWISH, _hardswish, 1),
-     ("hardsigmoid", HARD_SIGMOID, lambda m, y, name, _: [_hardsigmoid(m["x"], y, name)], 1),
-     ("hardsigmoid", CLIP_01, _affine_hardsigmoid, 1)),
+    (Rule("hardswish", HARD_SWISH, _hardswish, broadcasts_like_x),
+     Rule("hardsigmoid", HARD_SIGMOID, _plain_hardsigmoid, broadcasts_like_x),
+     Rule("hardsigmoid", CLIP_01, _affine_hardsigmoid, broadcasts_like_x)),
     # second round: what the first made, and what the exporter wrote, at opsets with HardSwish
-    (("hardswish", X_HARD_SIGMOID, _hardswish, 14),),
+    (Rule("hardswish", X_HARD_SIGMOID, _hardswish, broadcasts_like_x, min_opset=14),),
 )
 
 
-class FuseHardSwishPass(Pass):
+class FuseHardSwishPass(RuleSetPass):
     """Rules (x float32; constants with one element; intermediates used only in the pattern;
     operands of Add/Mul in either order):
 
@@ -74,24 +77,8 @@ class FuseHardSwishPass(Pass):
     """
 
     name = "fuse-hardswish"
-
-    def run(self, model: Model, ctx: PassContext) -> PassResult:
-        opset = model.onnx_opset
-        fused = {"hardswish": 0, "hardsigmoid": 0}
-        for rules in ROUNDS:
-            rules = tuple(r for r in rules if opset >= r[3])
-            for g in model.all_graphs():
-                outputs = {id(v) for v in g.outputs}
-                splice = R.Splice(g)
-                for root in reversed(g.nodes):   # outer patterns first: x * (Clip(..) / 6) is one
-                    for kind, pattern, replacement, _ in rules:
-                        m = match(pattern, root, outputs)
-                        if m is None or splice.taken(m.nodes) or not m.broadcasts_like(m["x"]):
-                            continue
-                        y = root.outputs[0]
-                        splice.free(m.nodes)
-                        splice.replace(m.nodes, replacement(m, y, root.name or y.name, opset))
-                        fused[kind] += 1
-                        break
-                splice.apply()
-        return PassResult(model, any(fused.values()), fused)
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = REWRITES
+    rounds = ROUNDS
+    reverse = True   # outer patterns first: x * (Clip(..) / 6) is one

@@ -7,7 +7,7 @@ import numpy as np
 from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult, Property
+from .._infra import Pass, PassContext, PassResult, Property, REWRITES
 from .._pattern import Const, Match, Op, Or, Var, match
 
 
@@ -72,6 +72,8 @@ class FuseLayerNormPass(Pass):
 
     name = "fuse-layernorm"
     requires = frozenset({Property.SHAPES_INFERRED})
+    establishes = frozenset()
+    preserves = REWRITES
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         opset = model.onnx_opset
@@ -116,7 +118,7 @@ def _affine(m: Match, outputs: set[int], c: int, ops: tuple[str, ...]) -> tuple[
     for op in ops:
         y = nodes[-1].outputs[0]
         nxt = R.only_use(y, outputs)
-        if nxt is None or nxt.op_type != op or nxt.domain not in ("", "ai.onnx") or len(nxt.inputs) != 2:
+        if nxt is None or nxt.op_type != op or not nxt.is_onnx() or len(nxt.inputs) != 2:
             continue
         other = nxt.inputs[1] if nxt.inputs[0] is y else nxt.inputs[0]
         a = R.const(other)

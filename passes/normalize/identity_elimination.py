@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mcp_compiler.ir import Model, Node, TensorType, Value
 
-from .._infra import Pass, PassContext, PassResult
+from .._infra import ALL, Pass, PassContext, PassResult
 
 
 class IdentityEliminationPass(Pass):
@@ -22,6 +22,9 @@ class IdentityEliminationPass(Pass):
     """
 
     name = "identity-elimination"
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = ALL
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         removed = 0
@@ -30,7 +33,7 @@ class IdentityEliminationPass(Pass):
             here = {id(n) for n in g.nodes}
             done = []
             for n in g.nodes:
-                if n.domain not in ("", "ai.onnx") or not n.inputs or n.inputs[0] is None:
+                if not n.is_onnx() or not n.inputs or n.inputs[0] is None:
                     continue
                 if not _is_noop(n):
                     continue

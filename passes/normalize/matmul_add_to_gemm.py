@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
-from mcp_compiler.ir import Model, Node, TensorType
+from mcp_compiler.ir import Graph, Model, Node, TensorType, Value
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult, Property
+from .._infra import Property, REWRITES
+from .._pattern import Match, Op, Var
+from .._rules import Rule, RuleSetPass
+
+MATMUL_ADD = Op("Add", Op("MatMul", Var("a"), Var("b")), Var("c"))
 
 
-class MatMulAddToGemmPass(Pass):
+def _check(m: Match, model: Model) -> str | None:
+    wa, ca, t = R.const(m["b"]), R.const(m["c"]), m["a"].type
+    if wa is None or wa.ndim != 2 or wa.dtype.name != "float32":
+        return "B is not a 2-D float32 constant"
+    if ca is None or ca.dtype.name != "float32":
+        return "C is not a float32 constant"
+    if not isinstance(t, TensorType) or t.shape is None or len(t.shape) != 2:
+        return "A is not known to be 2-D"
+    if ca.shape not in ((wa.shape[1],), (1, wa.shape[1])):
+        return f"C's shape {list(ca.shape)} is not [N] or [1, N] (N = {wa.shape[1]})"
+    return None
+
+
+def _gemm(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+    mm = m.nodes[0]
+    return [Node("Gemm", [m["a"], m["b"], m["c"]], [y], name=mm.name or m.nodes[-1].name)]
+
+
+class MatMulAddToGemmPass(RuleSetPass):
     """Rule: Add(MatMul(A, B), C) -> Gemm(A, B, C) when A is known 2-D, B a 2-D float32
     constant [K, N], C a float32 constant of shape [N] or [1, N] (Gemm broadcasts it the same
     way), and the MatMul's output is used only by the Add. Exact: Gemm computes A @ B + C.
@@ -16,41 +38,6 @@ class MatMulAddToGemmPass(Pass):
 
     name = "matmul-add-to-gemm"
     requires = frozenset({Property.SHAPES_INFERRED})
-
-    def run(self, model: Model, ctx: PassContext) -> PassResult:
-        fused = 0
-        for g in model.all_graphs():
-            outputs = {id(v) for v in g.outputs}
-            repl: dict[int, list[Node]] = {}
-            dead = set()
-            for add in g.nodes:
-                if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or len(add.inputs) != 2:
-                    continue
-                a, b = add.inputs
-                mm_out, c = (a, b) if R.producer(a, "MatMul") is not None else (b, a)
-                mm = R.producer(mm_out, "MatMul")
-                if mm is None or R.only_use(mm_out, outputs) is not add:
-                    continue
-                x, w = mm.inputs
-                wa, ca = R.const(w), R.const(c)
-                t = x.type
-                if wa is None or ca is None or wa.ndim != 2 or wa.dtype.name != "float32" or ca.dtype.name != "float32":
-                    continue
-                if not isinstance(t, TensorType) or t.shape is None or len(t.shape) != 2:
-                    continue
-                if ca.shape not in ((wa.shape[1],), (1, wa.shape[1])):
-                    continue
-                y = add.outputs[0]
-                for n in (mm, add):
-                    for i in range(len(n.inputs)):
-                        n.set_input(i, None)
-                y.producer = None
-                add.outputs = []
-                repl[id(add)] = [Node("Gemm", [x, w, c], [y], name=mm.name or add.name)]
-                mm_out.producer = None
-                mm.outputs = []
-                dead.add(id(mm))
-                fused += 1
-            if repl:
-                g.nodes = [m for n in g.nodes if id(n) not in dead for m in repl.get(id(n), [n])]
-        return PassResult(model, fused > 0, {"gemms_formed": fused})
+    establishes = frozenset()
+    preserves = REWRITES
+    rounds = ((Rule("gemms_formed", MATMUL_ADD, _gemm, _check),),)

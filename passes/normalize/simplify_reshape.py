@@ -7,7 +7,7 @@ import numpy as np
 from mcp_compiler.ir import DataType, Model, TensorType, Value
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult
+from .._infra import ALL, Pass, PassContext, PassResult, Property
 
 _INT = (DataType.INT32, DataType.INT64)
 
@@ -24,6 +24,9 @@ class SimplifyReshapePass(Pass):
     """
 
     name = "simplify-reshape"
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = ALL - {Property.NO_DEAD_CODE, Property.UNIQUE_WEIGHTS}
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         consts = removed = 0
@@ -32,7 +35,7 @@ class SimplifyReshapePass(Pass):
             names = None
             dead = []
             for n in g.nodes:
-                if n.op_type != "Reshape" or n.domain not in ("", "ai.onnx") or len(n.inputs) != 2:
+                if n.op_type != "Reshape" or not n.is_onnx() or len(n.inputs) != 2:
                     continue
                 if "allowzero" in n.attributes and n.attributes["allowzero"].value:
                     continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mcp_compiler.ir import Attribute, AttrType, Model, Node
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult, Property
+from .._infra import Pass, PassContext, PassResult, Property, REWRITES
 from .._pattern import Match, Op, Or, Var, match
 
 _OPS = ("Softmax", "LogSoftmax", "Hardmax")
@@ -59,6 +59,8 @@ class SimplifySoftmaxPass(Pass):
 
     name = "simplify-softmax"
     requires = frozenset({Property.SHAPES_INFERRED})
+    establishes = frozenset()
+    preserves = REWRITES
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         opset = model.onnx_opset

@@ -57,7 +57,7 @@ class Decisions:
 def candidates(g: Graph, opts: QuantizeOptions, decisions: Decisions) -> list[Candidate]:
     out = []
     for n in g.nodes:
-        if n.domain not in ("", "ai.onnx") or n.op_type not in ("MatMul", "Gemm", "Conv"):
+        if not n.is_onnx() or n.op_type not in ("MatMul", "Gemm", "Conv"):
             continue
         if n.op_type == "Conv" and not opts.conv:
             decisions.skip(n, "Conv weights are quantized only with --quantize-conv")

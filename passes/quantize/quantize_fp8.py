@@ -6,7 +6,7 @@ import numpy as np
 
 from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
 
-from .._infra import Pass, PassContext, PassResult
+from .._infra import Pass, PassContext, PassResult, Property
 from . import _weights as W
 from .numerics import FP8_MAX, FP8_TYPES, quantize_fp8
 from .options import QuantizeOptions
@@ -29,6 +29,9 @@ class QuantizeFp8Pass(Pass):
     """
 
     name = "quantize-fp8"
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = frozenset({Property.NO_CONSTANT_NODES, Property.LAYOUT_NHWC})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         opts = (ctx.quantize or QuantizeOptions(mode="fp8")).validate()

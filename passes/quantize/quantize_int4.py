@@ -7,7 +7,7 @@ import numpy as np
 
 from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
 
-from .._infra import Pass, PassContext, PassResult
+from .._infra import Pass, PassContext, PassResult, Property
 from . import _weights as W
 from .numerics import Int4Blocks, quantize_int4
 from .options import QuantizeOptions
@@ -32,6 +32,9 @@ class QuantizeInt4Pass(Pass):
     """
 
     name = "quantize-int4"
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = frozenset({Property.NO_CONSTANT_NODES, Property.LAYOUT_NHWC})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         opts = (ctx.quantize or QuantizeOptions(mode="int4")).validate()

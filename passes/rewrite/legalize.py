@@ -52,14 +52,17 @@ class LegalizePass(Pass):
     """
 
     name = "legalize"
-    establishes = frozenset({Property.TARGET_LEGAL})
+    requires = frozenset({Property.NO_CONSTANT_NODES})
+    establishes = frozenset()   # target-legal when strict: what is left raises
+    preserves = frozenset({Property.NO_CONSTANT_NODES, Property.NO_DEAD_CODE, Property.LAYOUT_NHWC})
 
     def __init__(self, table=None, strict: bool = False) -> None:  # noqa: ANN001
         self.table = table
         self.strict = strict
+        if strict:
+            self.establishes = frozenset({Property.TARGET_LEGAL})
 
-    def run(self, model: Model, ctx: PassContext) -> PassResult:
-        table = self.table or getattr(ctx.target, "support", None)
+    def _start(self, model: Model, table) -> None:  # noqa: ANN001
         if table is None:
             from mcp_compiler.targets.ort_support import SupportTable
 
@@ -69,6 +72,16 @@ class LegalizePass(Pass):
         self.rows: list[dict] = []
         self.fresh = itertools.count()
         self._memo: dict[tuple, bool | None] = {}
+
+    def illegal(self, model: Model, table=None) -> list[str]:  # noqa: ANN001
+        """The nodes the table says have no kernel (what target-legal rules out)."""
+        self._start(model, table or self.table)
+        return [f"{n.name or '(unnamed)'}: {self._describe(n)['op']} {self._describe(n)['dtypes']} has no kernel"
+                for g in model.all_graphs() for n in g.nodes if self._supported(g, n) is False]
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        self._start(model, self.table or getattr(ctx.target, "support", None))
+        table = self.t
         nodes = [(g, n) for g in model.all_graphs() for n in g.nodes]
         status = [self._supported(g, n) for g, n in nodes]
         changed = self._downgrade(nodes, status)
@@ -98,6 +111,8 @@ class LegalizePass(Pass):
             more = f" and {len(rows) - 8} more" if len(rows) > 8 else ""
             raise UnsupportedError(f"{len(rows)} node(s) that {table.runtime} has no kernel for and no rule "
                                    f"makes legal: {listed}{more}")
+        if self.strict and ctx.target is not None:
+            ctx.target.check(model)   # what no rule here covers (operator domains, the opset range)
         stats = {"rules_fired": sum(r["rule"] != "no rule" for r in self.rows),
                  "no_rule": len(unresolved), "probes": table.probed}
         return PassResult(model, changed, stats, details=self.rows)
@@ -112,7 +127,7 @@ class LegalizePass(Pass):
 
     def _supported(self, g: Graph, n: Node, opsets: dict[str, int] | None = None,
                    types: tuple[list, list] | None = None) -> bool | None:
-        if n.domain not in ("", "ai.onnx"):
+        if not n.is_onnx():
             return None
         for a in n.attributes.values():
             if a.type in (AttrType.GRAPH, AttrType.GRAPHS):
@@ -153,11 +168,11 @@ class LegalizePass(Pass):
         bad_now = sum(ok is False for ok in status)
         if have is None or self.model.functions or (not bad_now and have <= self.t.max_opset):
             return False
-        if any(n.domain in ("", "ai.onnx") and any(n.subgraphs()) for _, n in nodes):
+        if any(n.is_onnx() and any(n.subgraphs()) for _, n in nodes):
             return False
         best = None
         for low in range(min(have - 1, self.t.max_opset), max(have - 8, 6), -1):
-            if not all(_same_meaning(n, have, low) for _, n in nodes if n.domain in ("", "ai.onnx")):
+            if not all(_same_meaning(n, have, low) for _, n in nodes if n.is_onnx()):
                 break   # an older opset only loses more ops
             trial = {**opsets, "": low}
             bad = sum(self._supported(g, n, trial) is False for g, n in nodes)
@@ -168,7 +183,7 @@ class LegalizePass(Pass):
             return False
         low = best
         dom = "" if "" in self.model.opset_imports else "ai.onnx"
-        changed = [n for _, n in nodes if n.domain in ("", "ai.onnx")
+        changed = [n for _, n in nodes if n.is_onnx()
                    and since_version("", n.op_type, have) != since_version("", n.op_type, low)]
         self.model.opset_imports[dom] = low
         for n in changed:
@@ -429,3 +444,8 @@ def _type_str(t: onnx.TypeProto) -> str:
     e = t.tensor_type.elem_type
     name = names.get(e, TP.DataType.Name(e).lower())
     return f"tensor({name})"
+
+
+def illegal_nodes(model: Model, table) -> list[str]:  # noqa: ANN001 - ort_support.SupportTable
+    """The nodes of `model` that `table`'s runtime has no kernel for."""
+    return LegalizePass(table).illegal(model)

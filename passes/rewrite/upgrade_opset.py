@@ -18,6 +18,9 @@ class UpgradeOpsetPass(Pass):
     """
 
     name = "upgrade-opset"
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = frozenset()
 
     def __init__(self, min_opset: int | None = None) -> None:
         self.min_opset = min_opset

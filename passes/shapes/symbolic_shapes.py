@@ -7,7 +7,7 @@ from collections import Counter
 from mcp_compiler.ir import DataType, Graph, Model, Node, TensorType, Value
 from mcp_compiler.ir.dims import Dim, ShapeExpr, dim_symbols
 
-from .._infra import Pass, PassContext, PassResult, Property
+from .._infra import ALL, Pass, PassContext, PassResult, Property
 from . import algebra as A
 from .rules import SHAPE_RULES, VALUE_RULES, Facts, Shape, Site, initial_values
 
@@ -36,7 +36,9 @@ class SymbolicShapesPass(Pass):
     """
 
     name = "infer-shapes"
+    requires = frozenset()
     establishes = frozenset({Property.SHAPES_INFERRED})
+    preserves = ALL
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         opset = model.onnx_opset
@@ -103,7 +105,7 @@ class Inference:
             self.node(n)
 
     def node(self, n: Node) -> None:
-        key = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+        key = n.op_type if n.is_onnx() else f"{n.domain}.{n.op_type}"
         site = Site(n, [None if v is None else self.shapes.get(id(v)) for v in n.inputs],
                     [None if v is None else self.values.get(id(v)) for v in n.inputs], self.opset, self.facts)
         rule = None if any(True for _ in n.subgraphs()) else SHAPE_RULES.get(key)
@@ -118,7 +120,7 @@ class Inference:
         for i, v in enumerate(n.outputs):
             ours = outs[i] if i < len(outs) else None
             self.shapes[id(v)] = self.merge(v, ours)
-        vrule = VALUE_RULES.get(key) if n.domain in ("", "ai.onnx") else None
+        vrule = VALUE_RULES.get(key) if n.is_onnx() else None
         if vrule is not None and n.outputs:
             try:
                 vals = vrule(site)
@@ -196,7 +198,7 @@ _INT64_OUT = {"Shape", "Size", "NonZero", "ArgMax", "ArgMin"}
 
 def _derive_type(v: Value, n: Node) -> TensorType | None:
     """The element type of a node output nothing declared (values new passes made)."""
-    if n.domain not in ("", "ai.onnx"):
+    if not n.is_onnx():
         elem = None
     elif n.op_type in _BOOL_OUT:
         elem = DataType.BOOL

@@ -1,48 +1,98 @@
-"""The `triton-v1.12` target: a Triton Inference Server model repository."""
+"""The `triton-v1.12` target: a Triton Inference Server model repository.
+
+Everything Triton-specific lives in this package: serving parameters and the build file
+(`params`), the config.pbtxt builder (`config`), the repository writer (`emit`), the serving
+runtime (`runtime/`), repository verification (`verify`), a local server (`serve`), deploy,
+status and undeploy on a running one (`deploy`), and their CLI commands (`commands`). The rest of
+mcp-cli reaches it only through `TritonTarget`, the `Target` interface.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from functools import cached_property
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import onnxruntime
-
-from mcp_compiler.ir import Model
-
-from ..base import EmitResult, Target, TargetOptions
-from ..ort_support import SupportTable
-from .params import ServingParams
+from ..base import EmitResult, ParsedOptions, Target, TargetOptions
+from .params import OPTION_TYPES
 
 
 class TritonTarget(Target):
     name: ClassVar[str] = "triton-v1.12"
     description: ClassVar[str] = ("Triton Inference Server model repository: python backend "
                                   "(MCP-IR + bundled runtime on onnxruntime) or onnxruntime backend")
-    runtime: ClassVar[str] = f"onnxruntime {onnxruntime.__version__} (CPU)"
-    # What the onnxruntime this target runs with has kernels for, probed from it (ort_support.json).
-    support: ClassVar[SupportTable] = SupportTable()
-    # Older than 7 is outside what its kernels are registered for; the newest opset is the one
-    # the support table found onnxruntime loading models of.
-    opset_range: ClassVar[tuple[int, int]] = (7, support.max_opset)
+    option_types: ClassVar[Mapping[str, type]] = OPTION_TYPES
 
     # Operator domains the onnxruntime CPU build has kernels in (besides model-local functions).
     domains: ClassVar[frozenset[str]] = frozenset({
         "", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc", "com.microsoft.experimental",
         "ai.onnx.preview.training", "ai.onnx.training"})
 
-    def check(self, model: Model) -> list[str]:
+    @property
+    def runtime(self) -> str:
+        from importlib.metadata import version
+
+        return f"onnxruntime {version('onnxruntime')} (CPU)"
+
+    @cached_property
+    def support(self):  # noqa: ANN201 - ort_support.SupportTable (imports onnx and onnxruntime)
+        """What the onnxruntime this target runs with has kernels for, probed from it (ort_support.json)."""
+        from ..ort_support import SupportTable
+
+        return SupportTable()
+
+    @property
+    def opset_range(self) -> tuple[int, int]:
+        # Older than 7 is outside what its kernels are registered for; the newest opset is the one
+        # the support table found onnxruntime loading models of (read without importing onnx).
+        import json
+
+        from ..ort_support import TABLE
+
+        return (7, int(json.loads(TABLE.read_text()).get("max_opset", 7)))
+
+    # --- options and names -------------------------------------------------------------------
+    def options_from(self, flags: Mapping[str, Any], build_file: Mapping[str, Any] | None = None,
+                     source: str = "the build file") -> ParsedOptions:
+        from .params import quantization_level, resolve
+
+        build_file = dict(build_file or {})
+        level = quantization_level(build_file, dict(flags), source)
+        return ParsedOptions(resolve(build_file, dict(flags), source),
+                             {"quantize": level} if level is not None else {})
+
+    def load_build_file(self, path: Path) -> dict[str, Any]:
+        from .params import load_build_file
+
+        return load_build_file(path)
+
+    def entry_name(self, stem: str) -> str:
+        from .names import sanitize_name
+
+        return sanitize_name(stem)
+
+    def check_entry_name(self, name: str) -> str:
+        from .names import check_name
+
+        return check_name(name)
+
+    # --- compile -----------------------------------------------------------------------------
+    def check(self, model) -> list[str]:  # noqa: ANN001 - mcp_compiler.ir.Model
         from mcp_compiler.errors import UnsupportedError
 
         warnings = super().check(model)
-        local = {(f.domain, f.name) for f in model.functions}
-        for g in model.all_graphs():
-            for n in g.nodes:
-                if n.domain not in self.domains and (n.domain, n.op_type) not in local:
-                    raise UnsupportedError(
-                        f"target {self.name} runs on {self.runtime}, which has no operator domain "
-                        f"{n.domain!r}", node=n.name or None, op=f"{n.domain}.{n.op_type}",
-                        hint="no rewrite rule makes it legal")
+        for n in self._foreign(model):
+            raise UnsupportedError(
+                f"target {self.name} runs on {self.runtime}, which has no operator domain "
+                f"{n.domain!r}", node=n.name or None, op=f"{n.domain}.{n.op_type}",
+                hint="no rewrite rule makes it legal")
         return warnings
+
+    def _foreign(self, model) -> list:  # noqa: ANN001
+        local = {(f.domain, f.name) for f in model.functions}
+        return [n for g in model.all_graphs() for n in g.nodes
+                if n.domain not in self.domains and (n.domain, n.op_type) not in local]
 
     def legalize_passes(self) -> list:
         # The serving runtime hands onnxruntime initializers as views of the mapped .mcpir, but
@@ -53,8 +103,30 @@ class TritonTarget(Target):
 
         return [ConstantToInitializerPass(), LegalizePass(self.support, strict=True)]
 
-    def emit(self, model: Model, out_dir: Path, options: TargetOptions) -> EmitResult:
-        from .emit import emit_repository
+    def is_legal(self, model) -> list[str]:  # noqa: ANN001
+        from mcp_compiler.passes.rewrite.legalize import illegal_nodes
 
-        params = options.serving.get("params") or ServingParams()
-        return emit_repository(model, out_dir, options, params)
+        return [f"{n.name or '(unnamed)'}: domain {n.domain!r}" for n in self._foreign(model)] + \
+            illegal_nodes(model, self.support)
+
+    def emit(self, model, out_dir: Path, options: TargetOptions) -> EmitResult:  # noqa: ANN001
+        from .emit import emit_repository
+        from .params import ServingParams
+
+        return emit_repository(model, out_dir, options, options.params or ServingParams())
+
+    # --- after emitting ----------------------------------------------------------------------
+    def verify(self, original: Path, entry: Path, **kw: Any):  # noqa: ANN201 - reference.VerifyReport
+        from .verify import verify
+
+        return verify(original, entry, **kw)
+
+    def install(self, entry: Path, out_dir: Path, name: str) -> Path:
+        from .emit import install_entry
+
+        return install_entry(entry, out_dir, name)
+
+    def commands(self) -> list[Callable]:
+        from .commands import COMMANDS
+
+        return COMMANDS

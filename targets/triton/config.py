@@ -12,6 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from mcp_compiler.errors import UnsupportedError, UsageError
 from mcp_compiler.ir import DataType, Layout, Model, TensorType, Value
 
+from .names import check_name, sanitize_name  # noqa: F401 - re-exported for the emitter
 from .params import ServingParams
 
 # ONNX element type -> Triton data type. Triton has no FP8/INT4 tensors: quantized models keep
@@ -23,23 +24,6 @@ TRITON_DTYPES = {
     DataType.FLOAT16: mc.TYPE_FP16, DataType.FLOAT: mc.TYPE_FP32, DataType.DOUBLE: mc.TYPE_FP64,
     DataType.STRING: mc.TYPE_STRING, DataType.BFLOAT16: mc.TYPE_BF16,
 }
-
-# What Triton accepts as a model name here: a folder name without separators or dot-files.
-_NAME_OK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
-
-
-def sanitize_name(stem: str) -> str:
-    """A model name from a file stem: anything outside [A-Za-z0-9_.-] becomes '_'."""
-    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", stem).lstrip(".-") or "model"
-    return name[:128]
-
-
-def check_name(name: str) -> str:
-    if not _NAME_OK.match(name) or name in (".", "..") or ".." in name:
-        raise UsageError(f"model name {name!r} is not accepted: use letters, digits, '_', '.', '-' "
-                         "(no path separators, not starting with '.' or '-')")
-    return name
-
 
 def interface(model: Model) -> tuple[list[Value], list[Value]]:
     inputs = [v for v in model.graph.inputs if v.const is None]
@@ -88,8 +72,8 @@ def _tensor_config(v: Value, batched: bool, cls):  # noqa: ANN001, ANN202
                dims=[d if isinstance(d, int) else -1 for d in shape])
 
 
-def build_config(model: Model, name: str, backend: str,
-                 p: ServingParams) -> tuple[mc.ModelConfig, list[str], dict[str, bytes]]:
+def build_config(model: Model, name: str, backend: str, p: ServingParams,
+                 quantization: str = "none") -> tuple[mc.ModelConfig, list[str], dict[str, bytes]]:
     """The ModelConfig for `model`, the warnings it raised, and the files it refers to (warm-up
     data, relative to the model's folder)."""
     warnings: list[str] = []
@@ -130,7 +114,7 @@ def build_config(model: Model, name: str, backend: str,
         # Triton cannot split one model across GPUs by itself: this places `count` instances on
         # each of GPUs 0..N-1; the backend receives tensor_parallel_size as a parameter.
         group.gpus.extend(range(p.tensor_parallel_size))
-    params = {"quantization_level": p.quantization_level,
+    params = {"quantization_level": quantization,
               "tensor_parallel_size": str(p.tensor_parallel_size)}
     layouts = {v.name: Layout(v.layout).name for v in [*inputs, *outputs] if v.layout != Layout.NONE}
     if layouts:

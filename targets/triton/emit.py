@@ -65,7 +65,7 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
         raise UsageError(f"model name {name!r} escapes the repository {out_dir}")
     if final.exists() and not options.force:
         raise OutputExistsError(f"{final} exists; pass --force to replace it")
-    cfg, warnings, cfg_files = build_config(model, name, options.backend, params)
+    cfg, warnings, cfg_files = build_config(model, name, options.backend, params, options.quantization)
     made = _make_dirs(out_dir)
     staging = tmp = None
     try:
@@ -111,7 +111,7 @@ def load_check(vdir: Path, backend: str) -> None:
 
     try:
         if backend == "python":
-            from mcp_compiler.verify import load_runtime
+            from .verify import load_runtime
 
             load_runtime(vdir).MCPIRModel(vdir / "model.mcpir", options=quiet_options(prepack=False),
                                           prepack=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from mcp_compiler.errors import UsageError
 
@@ -25,13 +25,14 @@ class ServingParams:
     instance_count: int = 1
     kind: str = "cpu"                             # cpu | gpu
     tensor_parallel_size: int = 1                 # gpu only: instances placed on GPUs 0..N-1
-    quantization_level: str = "none"
     prepack: bool = True                          # onnxruntime weight prepacking (off: faster load)
     model_warmup: bool = False
     warmup_dims: dict[str, int] = field(default_factory=dict)   # symbol -> size for warm-up inputs
 
-    def validate(self) -> ServingParams:
-        def positive(name: str, v: int | None, allow_zero: bool = False) -> None:
+    def validate(self, label: Callable[[str], str] = str) -> ServingParams:
+        """Raises UsageError naming each setting by `label(key)` (the flag, or the build file's key)."""
+        def positive(key: str, v: int | None, allow_zero: bool = False) -> None:
+            name = label(key.split(".")[0]) + key[len(key.split(".")[0]):]
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (0 if allow_zero else 1)):
                 raise UsageError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} integer, got {v!r}")
             if v is not None and v > INT32_MAX:  # config.pbtxt's fields are int32
@@ -46,20 +47,26 @@ class ServingParams:
         for b in self.preferred_batch_size:
             positive("preferred_batch_size", b)
             if b > self.max_batch_size:
-                raise UsageError(f"preferred_batch_size {b} exceeds max_batch_size {self.max_batch_size}")
+                raise UsageError(f"{label('preferred_batch_size')} {b} exceeds {label('max_batch_size')} "
+                                 f"{self.max_batch_size}")
         if self.kind not in ("cpu", "gpu"):
-            raise UsageError(f"kind must be cpu or gpu, got {self.kind!r}")
+            raise UsageError(f"{label('kind')} must be cpu or gpu, got {self.kind!r}")
         if self.tensor_parallel_size > 1 and self.kind != "gpu":
-            raise UsageError("tensor_parallel_size > 1 needs kind: gpu")
-        if self.quantization_level not in QUANTIZATION_LEVELS:
-            raise UsageError(f"quantization_level must be one of {', '.join(QUANTIZATION_LEVELS)}, "
-                             f"got {self.quantization_level!r}")
+            raise UsageError(f"{label('tensor_parallel_size')} > 1 needs {label('kind')}{'' if label('kind')[0] == '-' else ':'} gpu")
         for k, v in self.warmup_dims.items():
             positive(f"warmup_dims.{k}", v)
         return self
 
 
 _FIELDS = {f.name: f for f in fields(ServingParams)}
+# The build file's keys: the serving parameters, and `quantization_level`, which is the compiler's
+# --quantize (one setting: it goes to the caller, not into ServingParams).
+OPTION_TYPES: dict[str, type] = {**{k: int for k in _FIELDS}, "dynamic_batch": bool,
+                                 "preferred_batch_size": list, "kind": str, "model_warmup": bool,
+                                 "warmup_dims": dict, "prepack": bool, "quantization_level": str}
+# The flag that sets each key on `convert`.
+FLAGS = {k: "--" + k.replace("_", "-") for k in OPTION_TYPES}
+FLAGS.update(model_warmup="--warmup", quantization_level="--quantize")
 
 
 def load_build_file(path: Path) -> dict[str, Any]:
@@ -75,17 +82,15 @@ def load_build_file(path: Path) -> dict[str, Any]:
     lines = {k: i + 1 for i, ln in enumerate(text.splitlines())
              for k in [ln.split(":", 1)[0].strip()] if ":" in ln}
     for key, value in data.items():
-        if key not in _FIELDS:
+        if key not in OPTION_TYPES:
             raise UsageError(f"--config {path} line {lines.get(key, '?')}: unknown key {key!r} "
-                             f"(known: {', '.join(_FIELDS)})")
+                             f"(known: {', '.join(OPTION_TYPES)})")
         _check_type(path, lines.get(key, "?"), key, value)
     return data
 
 
 def _check_type(path: Path, line: object, key: str, value: Any) -> None:
-    expected = {"dynamic_batch": bool, "preferred_batch_size": list, "kind": str,
-                "quantization_level": str, "model_warmup": bool, "warmup_dims": dict,
-                "prepack": bool}.get(key, int)
+    expected = OPTION_TYPES[key]
     ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
     if key == "dynamic_batch" and value is None:
         ok = True
@@ -93,7 +98,30 @@ def _check_type(path: Path, line: object, key: str, value: Any) -> None:
         raise UsageError(f"--config {path} line {line}: {key} must be a {expected.__name__}, got {value!r}")
 
 
-def resolve(build_file: dict[str, Any], flags: dict[str, Any]) -> ServingParams:
-    """Build-file values, then the flags the user gave (None = not given)."""
-    merged = {**build_file, **{k: v for k, v in flags.items() if v is not None}}
-    return ServingParams(**merged).validate()
+def resolve(build_file: dict[str, Any], flags: dict[str, Any], source: str = "the build file") -> ServingParams:
+    """Build-file values, then the flags the user gave (None = not given); a bad value is named
+    by its flag, or by its key in `source`."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    merged = {k: v for k, v in {**build_file, **given}.items() if k != "quantization_level"}
+    unknown = sorted(set(merged) - set(_FIELDS))
+    if unknown:
+        raise UsageError(f"unknown serving setting {unknown[0]!r} (known: {', '.join(_FIELDS)})")
+
+    def label(key: str) -> str:
+        return FLAGS.get(key, key) if key in given else key
+
+    try:
+        return ServingParams(**merged).validate(label)
+    except UsageError as e:   # a build-file value: say which file
+        if str(e).startswith("-"):
+            raise
+        raise UsageError(f"{source}: {e}") from None
+
+
+def quantization_level(build_file: dict[str, Any], flags: dict[str, Any], source: str = "the build file") -> str | None:
+    """The build file's (or flag's) `quantization_level`, checked: the compiler's --quantize."""
+    level = flags.get("quantization_level") or build_file.get("quantization_level")
+    if level is not None and level not in QUANTIZATION_LEVELS:
+        where = "--quantize" if flags.get("quantization_level") else f"{source}: quantization_level"
+        raise UsageError(f"{where} must be one of {', '.join(QUANTIZATION_LEVELS)}, got {level!r}")
+    return level

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import pytest
 
-from mcp_compiler.api import ConvertOptions, convert
+from mcp_compiler import CompileOptions, compile_model
 
 from _helpers import GOLDEN, ort_run
 
@@ -31,12 +31,12 @@ def _cli(*args: str, env=None):
 @pytest.fixture(scope="module")
 def entries(tmp_path_factory):
     d = tmp_path_factory.mktemp("entries")
-    convert(MLP, d / "repo", ConvertOptions(target="triton-v1.12", name="mlp"))
+    compile_model(MLP, d / "repo", CompileOptions.for_target("triton-v1.12", "mlp"))
     m = onnx.load(MLP)  # a second model with other weights: tells the versions apart
     w = onnx.numpy_helper.to_array(m.graph.initializer[0]) * -1
     m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, m.graph.initializer[0].name))
     onnx.save(m, d / "mlp2.onnx")
-    convert(d / "mlp2.onnx", d / "repo2", ConvertOptions(target="triton-v1.12", name="mlp"))
+    compile_model(d / "mlp2.onnx", d / "repo2", CompileOptions.for_target("triton-v1.12", "mlp"))
     truncated = d / "truncated" / "mlp"
     shutil.copytree(d / "repo" / "mlp", truncated)
     data = (truncated / "1" / "model.mcpir").read_bytes()
@@ -67,7 +67,7 @@ def env(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from mcp_compiler.serve import TritonServer
+    from mcp_compiler.targets.triton.serve import TritonServer
 
     s = TritonServer(tmp_path_factory.mktemp("empty"), explicit=True)
     s.start()
@@ -171,7 +171,7 @@ def test_upload_limit_is_checked_before_sending(monkeypatch, entries):
 
 
 def test_token_on_restricted_endpoints(tmp_path, entries, env):
-    from mcp_compiler.serve import TritonServer
+    from mcp_compiler.targets.triton.serve import TritonServer
 
     with TritonServer(tmp_path / "empty" if (tmp_path / "empty").mkdir() is None else None, explicit=True,
                       extra_args=["--grpc-restricted-protocol=model-repository:mcp-api-key=letmein",
@@ -202,7 +202,7 @@ def _certs(d: Path) -> dict[str, Path]:
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI needed to make test certificates")
 def test_mutual_tls(tmp_path, entries, env):
-    from mcp_compiler.serve import TritonServer
+    from mcp_compiler.targets.triton.serve import TritonServer
 
     c = _certs(tmp_path)
     (tmp_path / "empty").mkdir()

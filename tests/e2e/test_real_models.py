@@ -49,7 +49,7 @@ def test_every_real_model_converts_and_verifies_without_dims(repo):
 
 
 def test_every_real_model_deploys_with_its_smoke_inference(repo):
-    from mcp_compiler.serve import TritonServer
+    from mcp_compiler.targets.triton.serve import TritonServer
 
     root, data, _ = repo
     env = dict(os.environ, MCP_STATE_DIR=str(root.parent / "state"))
@@ -68,7 +68,7 @@ def test_every_real_model_deploys_with_its_smoke_inference(repo):
 def test_warmup_at_sizes_the_model_accepts(tmp_path):
     # Triton runs model_warmup at load: a warm-up the model refuses fails the load
     from mcp_compiler.manifest import load_manifest
-    from mcp_compiler.serve import TritonServer
+    from mcp_compiler.targets.triton.serve import TritonServer
     from mcp_compiler.zoo import default_cache, fetch
 
     models = {m.name: m for m in load_manifest(GOLDEN / "zoo.yaml").models}

@@ -13,8 +13,7 @@ import numpy as np
 import onnx
 import pytest
 
-from mcp_compiler.api import ConvertOptions, convert
-from mcp_compiler.targets.triton.params import ServingParams
+from mcp_compiler import CompileOptions, compile_model
 
 from _helpers import GOLDEN, ZOO_INPUTS, golden_dirs, fetched_zoo, mlp_onnx, ort_run
 
@@ -54,18 +53,17 @@ QUANTIZED = [("q_int4", "int4", "python"), ("q_fp8", "fp8", "python")]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from mcp_compiler.passes.quantize import QuantizeOptions
-    from mcp_compiler.serve import TritonServer
+    from mcp_compiler.targets.triton.serve import TritonServer
 
     repo = tmp_path_factory.mktemp("repo")
     for i, (name, src, _) in enumerate(MODELS):
         # every other model without onnxruntime prepacking: both runtime paths get served
-        convert(src, repo, ConvertOptions(target="triton-v1.12", name=name,
-                                          serving=ServingParams(max_queue_delay_us=2000, prepack=i % 2 == 0)))
+        compile_model(src, repo, CompileOptions.for_target(
+            "triton-v1.12", name, settings={"max_queue_delay_us": 2000, "prepack": i % 2 == 0}))
     mlp = mlp_onnx(tmp_path_factory.mktemp("src") / "mlp.onnx")
     for name, level, backend in QUANTIZED:
-        convert(mlp, repo, ConvertOptions(target="triton-v1.12", name=name, backend=backend,
-                                          quantize=QuantizeOptions(mode=level),
-                                          serving=ServingParams(quantization_level=level)))
+        compile_model(mlp, repo, CompileOptions.for_target("triton-v1.12", name, backend=backend,
+                                                           quantize=QuantizeOptions(mode=level)))
     s = TritonServer(repo)
     s.mlp = mlp
     s.start()
@@ -132,7 +130,7 @@ def test_served_quantized_models(server, name, level, backend):
     # and are close to onnxruntime on the float original.
     import tritonclient.grpc as tg
 
-    from mcp_compiler.verify import load_runtime
+    from mcp_compiler.targets.triton.verify import load_runtime
 
     x = np.random.default_rng(5).standard_normal((2, 128)).astype(np.float32)
     got = _infer(tg, server.grpc_url, name, {"x": x}, ["y"])[0]
@@ -213,7 +211,7 @@ def _serve(args: list[str], tmpdir, until: str | None, timeout: float = 180.0):
 def test_cli_serve_ports_and_cleanup(tmp_path):
     import socket
 
-    from mcp_compiler.serve import HOST, free_port
+    from mcp_compiler.targets.triton.serve import HOST, free_port
 
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 from mcp_compiler.frontend import load_onnx
 from mcp_compiler.ir.verify import verify
 from mcp_compiler.lower import to_onnx
+from mcp_compiler.options import PipelineOptions
 from mcp_compiler.pipeline import build
 
 from _helpers import ort_run
@@ -119,7 +120,7 @@ def chains(draw):
 def test_default_pipeline_keeps_the_outputs_of_random_chains(tmp_path, m):
     onnx.save(m, tmp_path / "m.onnx")
     model = load_onnx(tmp_path / "m.onnx").model
-    build(verify_each=True).run(model)
+    build(options=PipelineOptions(verify_each=True)).run(model)
     verify(model)
     x = np.random.default_rng(0).uniform(-6, 6, (2, 3, C)).astype(np.float32)
     np.testing.assert_allclose(ort_run(to_onnx(model), {"x": x})[0], ort_run(m, {"x": x})[0], rtol=1e-4, atol=1e-4)

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
-from mcp_compiler import api
+from mcp_compiler import CompileOptions, api
 from mcp_compiler.cli import app
 from mcp_compiler.frontend import load_onnx
 from mcp_compiler.ir import Layout
@@ -16,6 +16,7 @@ from mcp_compiler.ir.verify import verify
 from mcp_compiler.lower import to_onnx
 from mcp_compiler.passes import PassContext
 from mcp_compiler.passes.layout import LayoutNhwcPass
+from mcp_compiler.options import PipelineOptions
 from mcp_compiler.pipeline import build
 
 from _helpers import ort_run, zoo_params
@@ -115,9 +116,9 @@ def test_non_image_input_is_left_alone(tmp_path):
 
 @pytest.mark.parametrize("path", zoo_params(), ids=lambda p: p.stem)
 def test_zoo_nhwc_repository_verifies(tmp_path, path):
-    r = api.convert(path, tmp_path / "repo", api.ConvertOptions(
-        target="triton-v1.12", layout="nhwc", verify=True,
-        verify_dims={} if "det" in path.name else {"x_d2": 48}))   # rec and cls: H is unnamed
+    r = api.compile_model(path, tmp_path / "repo", CompileOptions.for_target(
+        "triton-v1.12", layout="nhwc", verify=True,
+        dims={} if "det" in path.name else {"x_d2": 48}))   # rec and cls: H is unnamed
     v = r.verification
     assert v["ok"] and v["layouts"]["x"] == "NHWC", v
     config = (tmp_path / "repo" / r.output.split("/")[-1] / "config.pbtxt").read_text()
@@ -130,4 +131,4 @@ def test_layout_flag_errors():
     r = CliRunner().invoke(app, ["convert", "--input", "m.onnx", "--output", "o.mcpir", "--layout", "nchwc"])
     assert r.exit_code == 2 and "--layout" in r.output
     with pytest.raises(Exception, match="layout-nhwc"):
-        build(passes=["dead-code-elimination"], layout="nhwc")
+        build(options=PipelineOptions(passes=["dead-code-elimination"], layout="nhwc"))

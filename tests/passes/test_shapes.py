@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
-from mcp_compiler import api
+from mcp_compiler import CompileOptions, api
 from mcp_compiler.cli import app
 from mcp_compiler.frontend import load_onnx
 from mcp_compiler.ir import TensorType
@@ -201,7 +201,7 @@ def test_inspect_cli_shows_contracts(tmp_path):
 
 def test_zoo_models_get_dynamic_batching(tmp_path):
     for path in zoo_models():
-        r = api.convert(path, tmp_path / "repo", api.ConvertOptions(target="triton-v1.12", force=True))
+        r = api.compile_model(path, tmp_path / "repo", CompileOptions.for_target("triton-v1.12", force=True))
         assert not any("dynamic batching off" in w for w in r.warnings), (path.name, r.warnings)
         config = (Path(r.output) / "config.pbtxt").read_text()
         assert "max_batch_size: 8" in config, path.name

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import (InvalidModelError, McpError, ServerAuthError, ServerError, ServerLoadError,
+from mcp_compiler.errors import (InvalidModelError, McpError, ServerAuthError, ServerError, ServerLoadError,
                      ServerUnreachableError, UsageError)
 
 # One gRPC message carries at most 2 GiB - 1 byte (client and Triton alike); leave room for the
@@ -182,7 +182,7 @@ def read_entry(entry: Path, version: int | None) -> tuple[Any, int, Path, dict[s
 def _check_files(cfg: Any, local: Path, files: dict[str, bytes]) -> None:
     """What the server would fail to load, found before uploading: an unknown backend, a missing
     model file, an .mcpir that does not pass the reader's verifier (truncated, corrupt)."""
-    from .mcpir.reader import from_buffer
+    from mcp_compiler.mcpir.reader import from_buffer
 
     backend = cfg.backend or cfg.platform
     if backend not in ("python", "onnxruntime", "onnxruntime_onnx"):
@@ -278,7 +278,7 @@ def smoke_inputs(cfg: Any, local: Path, inputs: str | os.PathLike | None = None)
     """One request the model accepts: the first sample of `inputs` (an .npz or a folder of them),
     or one from mcp_compiler.inputs (sizes from the model's own shape contracts, probed on it
     locally), batch 1 where batching."""
-    from .inputs import load_inputs, make, plan, probe
+    from mcp_compiler.inputs import load_inputs, make, plan, probe
 
     model, run = _local_model(cfg, local)
     if inputs is not None:
@@ -293,14 +293,14 @@ def smoke_inputs(cfg: Any, local: Path, inputs: str | os.PathLike | None = None)
 
 
 def _local_model(cfg: Any, local: Path):  # noqa: ANN202 - (IR model, feeds -> outputs)
-    from .session import create_session, quiet_options
+    from mcp_compiler.session import create_session, quiet_options
 
     if (cfg.backend or cfg.platform) == "python":
-        from .mcpir import read_mcpir
+        from mcp_compiler.mcpir import read_mcpir
 
         model = read_mcpir(local / "model.mcpir")
     else:
-        from .frontend import load_onnx
+        from mcp_compiler.frontend import load_onnx
 
         model = load_onnx(local / "model.onnx", check=False, infer_shapes=False).model
     sess = create_session(model, quiet_options(prepack=False))

@@ -1,23 +1,14 @@
-"""verify: the original ONNX in onnxruntime vs the emitted model through its own serving runtime."""
+"""The reference: the original model run by onnxruntime (or onnx.reference), inputs it accepts,
+and the comparison of another runtime's outputs with it. Targets verify their artifacts with it."""
 
 from __future__ import annotations
 
-import gc
-import importlib.util
-import itertools
-import json
 import os
-import sys
 from dataclasses import asdict, dataclass, field
-from functools import partial
-from pathlib import Path
 
 import numpy as np
 
-from .errors import InvalidModelError, UsageError, VerificationError
-from .frontend import load_onnx
-
-_counter = itertools.count()
+from .errors import UsageError, VerificationError
 
 
 @dataclass
@@ -70,27 +61,6 @@ class VerifyReport:
                    if self.quantization_level not in ("", "none") else ""))
 
 
-def load_runtime(version_dir: Path):  # noqa: ANN201 - the bundled mcp_runtime module
-    """Import the mcp_runtime package a repository carries (not mcp-cli's own copy)."""
-    pkg = version_dir / "mcp_runtime"
-    if not (pkg / "__init__.py").exists():
-        raise InvalidModelError(version_dir, "no mcp_runtime package in the version folder")
-    name = f"_mcp_runtime_{next(_counter)}"
-    spec = importlib.util.spec_from_file_location(name, pkg / "__init__.py",
-                                                  submodule_search_locations=[str(pkg)])
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _latest_version(model_dir: Path) -> Path:
-    versions = sorted((int(p.name), p) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
-    if not versions:
-        raise InvalidModelError(model_dir, "no version folder (e.g. 1/) in the model repository entry")
-    return versions[-1][1]
-
-
 def check_dims(model, dims: dict[str, int], flag: str = "--dims") -> None:  # noqa: ANN001
     """A size for a symbol the model does not have is a typo that would check the wrong size
     (inputs.plan raises it, listing the model's symbols)."""
@@ -114,82 +84,19 @@ def sample_inputs(model, dims: dict[str, int], samples: int, seed: int = 0,  # n
     return [make(model, p, rng) for _ in range(samples)], p.to_dict()
 
 
-def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: int = 1,
-           dims: dict[str, int] | None = None, rtol: float = 1e-3, atol: float = 1e-4,
-           seed: int = 0, inputs: str | os.PathLike | None = None) -> VerifyReport:
-    """Compare the repository entry's outputs with onnxruntime on `input`.
-
-    `repository` is DIR/NAME. The inputs are the user's (`inputs`: an .npz or a folder of them)
-    or made by mcp_compiler.inputs from the model's contracts (`dims` fixes symbol sizes),
-    probed on the original first.
-    """
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    from .files import check_regular_input
-
-    check_regular_input(input)
-    model_dir = Path(repository)
-    cfg_path = model_dir / "config.pbtxt"
-    if not cfg_path.is_file():
-        raise UsageError(f"--repository {model_dir}: no config.pbtxt (expected DIR/NAME)")
-    cfg = text_format.Parse(cfg_path.read_text(), mc.ModelConfig())
-    vdir = _latest_version(model_dir)
-    backend = cfg.backend or "onnxruntime"
-    dims = dict(dims or {})
-    model = load_onnx(input, check=False, infer_shapes=False).model
-    report = VerifyReport(str(model_dir), backend, samples, dims, rtol, atol)
-    if "quantization_level" in cfg.parameters:
-        report.quantization_level = cfg.parameters["quantization_level"].string_value
-    # the interface's layout contract: NHWC values are the NCHW original's, transposed
-    layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
-    report.layouts = layouts
-    # One model in memory at a time (the original's outputs are kept, not its session), and no
-    # prepacked weight copies: checking a 2 GB model costs about 2 GB, not 4 or 8.
-    original, report.reference = _original(input)
-    if inputs is not None:
-        from .inputs import load_inputs
-
-        if dims:
-            raise UsageError("--dims sizes generated inputs; with --inputs the arrays give the sizes")
-        feeds = load_inputs(inputs, model)
-        report.inputs = {"from": str(inputs), "samples": len(feeds)}
-    else:
-        feeds, report.inputs = sample_inputs(model, dims, samples, seed, run=partial(original.run, None))
-    report.samples = len(feeds)
-    names, wants = run_original(original, feeds)
-    model = original = None   # released before the emitted model is loaded
-    gc.collect()
-    run = _emitted_runner(backend, vdir)
-    stats: dict[str, list] = {}
-    for sample, want in zip(feeds, wants):
-        got = run({k: np.ascontiguousarray(v.transpose(0, 2, 3, 1)) if layouts.get(k) == "NHWC" else v
-                   for k, v in sample.items()})
-        for name, a, b in zip(names, want, got):
-            if layouts.get(name) == "NHWC":
-                b = np.asarray(b).transpose(0, 3, 1, 2)
-            stats.setdefault(name, []).append(_compare(a, b, rtol, atol))
-    for name, rows in stats.items():
-        report.outputs.append(OutputCheck(
-            name, max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
-            all(r[3] for r in rows), exercised=any(r[4] for r in rows),
-            nonfinite=all(r[5] for r in rows)))
-    return report
-
-
-def _session_options():  # noqa: ANN202 - onnxruntime.SessionOptions
+def session_options():  # noqa: ANN202 - onnxruntime.SessionOptions
     from .session import quiet_options
 
     return quiet_options(prepack=False)
 
 
-def _original(input: str | os.PathLike):  # noqa: ANN202
+def open_original(input: str | os.PathLike):  # noqa: ANN202
     """A session of the original: onnxruntime, or onnx.reference where onnxruntime has no kernel
     for one of its ops; and which one it is."""
     import onnxruntime as ort
 
     try:
-        return (ort.InferenceSession(str(input), _session_options(), providers=["CPUExecutionProvider"]),
+        return (ort.InferenceSession(str(input), session_options(), providers=["CPUExecutionProvider"]),
                 "onnxruntime")
     except Exception as e:  # noqa: BLE001 - no kernel for an op the conversion legalized
         if "NOT_IMPLEMENTED" not in str(e):
@@ -213,16 +120,6 @@ def run_original(original, feeds: list[dict]) -> tuple[list[str], list[list]]:  
     return [o.name for o in original.get_outputs()], wants
 
 
-def _emitted_runner(backend: str, vdir: Path):  # noqa: ANN202 - feeds -> outputs
-    if backend == "python":
-        emitted = load_runtime(vdir).MCPIRModel(vdir / "model.mcpir", options=_session_options(), prepack=False)
-        return emitted.run
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(str(vdir / "model.onnx"), _session_options(), providers=["CPUExecutionProvider"])
-    return lambda feeds: sess.run(None, feeds)
-
-
 class _Reference:
     """onnx.reference.ReferenceEvaluator with onnxruntime's run/get_outputs surface."""
 
@@ -238,7 +135,7 @@ class _Reference:
         return [SimpleNamespace(name=n) for n in self.ev.output_names]
 
 
-def _compare(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[float, float, float, bool, bool, bool]:
+def compare(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[float, float, float, bool, bool, bool]:
     """(max abs, max rel, cosine, ok, exercised, original non-finite everywhere). Non-finite
     values must sit at the same positions in both (then they are left out of the numbers); an
     output entirely within atol of zero, or constant, is not exercised by the sample."""

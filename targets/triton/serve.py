@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ServerError, UsageError
+from mcp_compiler.errors import ServerError, UsageError
 
 HOST = "127.0.0.1"
 

@@ -1,0 +1,18 @@
+"""The mcp-cli command line: parse options, call the library, render, map errors to exit codes.
+
+`application.py` builds the typer app from the compiler's commands (`compile.py`, `zoo.py`) and each
+target's own (`Target.commands()`); `common.py` holds what every command shares. `app` and
+`main` are loaded on first use, so that a target's commands may import `common` first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("app", "main"):
+        from . import application
+
+        return getattr(application, name)
+    raise AttributeError(name)

@@ -1,0 +1,5 @@
+"""`python -m mcp_compiler.cli`: the same as the `mcp-cli` command."""
+
+from .application import main
+
+main()

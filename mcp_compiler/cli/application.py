@@ -1,0 +1,133 @@
+"""The mcp-cli app: the commands, registered; `main` maps usage errors to exit codes.
+
+The compiler's commands are in `compile.py` and `zoo.py`; each target adds its own (Triton's
+serve, deploy, status, undeploy, verify) through `Target.commands()`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+from typer.core import TyperGroup
+
+from mcp_compiler import __version__
+
+from .common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK  # noqa: F401 - the exit-code table
+from .compile import CONVERT_EXAMPLES, convert, inspect, list_passes, list_targets
+from .zoo import ZOO_EXAMPLES, zoo
+
+
+def _exceptions():  # noqa: ANN202 - click's exceptions module
+    try:   # typer >= 0.26 carries its own click
+        from typer._click import exceptions as cx
+    except ImportError:
+        from click import exceptions as cx
+    return cx
+
+
+class _Group(TyperGroup):
+    """Usage errors (unknown flag, bad value) are one line on stderr and exit 2, and with
+    --json also the error envelope on stdout; not click's boxed message."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: ANN001, ANN201
+        cx = _exceptions()
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except cx.UsageError as e:
+            if type(e).__name__ == "NoArgsIsHelpError":   # `mcp-cli` alone: the help was printed
+                sys.exit(e.exit_code)
+            _usage_error(e, sys.argv[1:] if args is None else list(args))
+            sys.exit(EXIT_BAD_INPUT)
+        except (getattr(cx, "Abort", typer.Abort), typer.Abort):
+            sys.stderr.write("error: interrupted\n")
+            sys.exit(130)
+        except (getattr(cx, "Exit", typer.Exit), typer.Exit) as e:   # --help, --version, a command's exit code
+            sys.exit(getattr(e, "exit_code", 0))
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _usage_error(e, argv: list[str]) -> None:  # noqa: ANN001 - click.UsageError
+    import json
+
+    where = f"{e.ctx.command_path}: " if e.ctx is not None else ""
+    message = f"{where}{e.format_message()}"
+    hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+    sys.stderr.write(f"error: {message}{hint}\n")
+    if "--json" in argv:
+        sys.stdout.write(json.dumps({"ok": False, "error": {"type": "UsageError", "message": message,
+                                                             "exit_code": EXIT_BAD_INPUT}}, indent=2) + "\n")
+
+app = typer.Typer(
+    cls=_Group,
+    name="mcp-cli",
+    help="Compile ONNX models to MCP-IR and Triton Inference Server model repositories.\n\n"
+         "Exit codes: 0 ok, 1 conversion or verification failed, 2 bad usage or bad input.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"mcp-cli {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
+                                           help="Print the version and exit."),
+) -> None:
+    """mcp-cli: ONNX -> MCP-IR -> Triton model repository."""
+
+
+app.command(epilog=CONVERT_EXAMPLES)(convert)
+app.command(epilog="[bold]Examples[/bold]\n\n  $ mcp-cli inspect model.onnx\n\n  $ mcp-cli inspect model.mcpir --values --json")(inspect)
+app.command("passes", epilog="[bold]Examples[/bold]\n\n  $ mcp-cli passes --json")(list_passes)
+app.command("targets", epilog="[bold]Examples[/bold]\n\n  $ mcp-cli targets --json")(list_targets)
+app.command(epilog=ZOO_EXAMPLES)(zoo)
+
+
+def _target_commands() -> None:
+    """Each target's own commands (imports the targets' light modules only)."""
+    from mcp_compiler.targets import TARGETS
+
+    for t in TARGETS.values():
+        for fn in t().commands():
+            app.command(fn.__command_name__, epilog=getattr(fn, "__examples__", None))(fn)
+
+
+_target_commands()
+
+
+def _no_bool_metavar() -> None:
+    """typer >= 0.20 prints `<bool>` beside every flag in --help (a flag takes no value): drop it."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self, ctx):  # noqa: ANN001, ANN202
+        return None if self.is_flag else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich
+
+
+_no_bool_metavar()
+
+
+def main() -> None:
+    """The `mcp-cli` command."""
+    app()
+
+
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""What every command shares: the run wrapper (errors -> one line and an exit code, the `--json`
+envelope), the common options, and parsers for flag values."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from mcp_compiler.errors import McpError, UsageError
+
+# Nothing heavy at import: `--version`, `--help`, `targets` and `passes` load neither onnx,
+# onnxruntime nor numpy; each command imports what it uses when it runs.
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+MAX_DIM = 2**31 - 1   # a dimension Triton's config (int64) and onnxruntime both hold, and no more
+
+
+def reporter(json_mode: bool = False):  # noqa: ANN201 - report.Reporter (rich: imported late)
+    from mcp_compiler.report import Reporter
+
+    return Reporter(json_mode=json_mode)
+
+
+def run(rep, debug: bool, fn: Callable[[], Any]) -> None:  # noqa: ANN001 - report.Reporter
+    """Run a command body; every failure becomes one line on stderr (and, with --json, the error
+    envelope on stdout) and an exit code. With --json, what the body handed to `rep.json` is
+    printed once, as {"ok": true, ...}."""
+    if debug:
+        logging.basicConfig(level=logging.DEBUG)
+    try:
+        fn()
+    except typer.Exit as e:
+        rep.finish(ok=e.exit_code == 0)   # a code the command chose (zoo: some models failed)
+        raise
+    except McpError as e:
+        if debug:
+            traceback.print_exc()
+        rep.fail(type(e).__name__, str(e), e.exit_code)
+        raise typer.Exit(e.exit_code) from None
+    except KeyboardInterrupt:
+        rep.fail("Interrupted", "interrupted", 130)
+        raise typer.Exit(130) from None
+    except Exception as e:  # noqa: BLE001 - anything else is a bug: say so in one line
+        if debug:
+            traceback.print_exc()
+        rep.fail("InternalError", f"internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+                 EXIT_FAILED)
+        raise typer.Exit(EXIT_FAILED) from None
+    rep.finish(ok=True)
+
+
+DebugOpt = typer.Option(False, "--debug", help="Show tracebacks and debug logs.")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON object (for CI): "
+                       '{"ok": true, ...} or {"ok": false, "error": {...}}.')
+
+
+def examples(*lines: str) -> str:
+    """An "Examples" epilog for a command's --help."""
+    body = "\n\n".join(f"  $ {line}" for line in lines)
+    return f"[bold]Examples[/bold]\n\n{body}"
+
+
+class Choice(str, enum.Enum):
+    """An option's fixed set of values, matched case-insensitively (typer `case_sensitive=False`)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def parse_dims(text: str | None, flag: str = "--dims") -> dict[str, int]:
+    """`batch=2,H=64` -> {"batch": 2, "H": 64}; sizes are ASCII digits, 1..MAX_DIM."""
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        key, sep, value = part.partition("=")
+        value = value.strip()
+        if not sep or not key.strip() or not (value.isascii() and value.isdigit()):
+            raise UsageError(f"{flag}: expected NAME=SIZE[,NAME=SIZE...] with SIZE in ASCII digits, got {part!r}")
+        if not 1 <= int(value) <= MAX_DIM:
+            raise UsageError(f"{flag}: {key.strip()}={value} is outside 1..{MAX_DIM}")
+        out[key.strip()] = int(value)
+    return out
+
+
+def parse_ints(text: str | None, flag: str) -> list[int] | None:
+    """`1,4,8` -> [1, 4, 8]."""
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{flag}: expected N[,N...], got {text!r}") from None
+
+
+def tri_state(text: str | None, flag: str) -> bool | None:
+    if text is None or text.lower() == "auto":
+        return None
+    if text.lower() in ("true", "on", "yes", "1"):
+        return True
+    if text.lower() in ("false", "off", "no", "0"):
+        return False
+    raise UsageError(f"{flag}: expected true, false or auto, got {text!r}")
+
+
+def one_model(positional: Path | None, option: Path | None, what: str = "MODEL") -> Path:
+    """The model, given as the positional argument or (the older spelling) --input."""
+    if positional is not None and option is not None and positional != option:
+        raise UsageError(f"give the {what} once: as an argument or with --input, not both")
+    model = positional if positional is not None else option
+    if model is None:
+        raise UsageError(f"missing {what}: the .onnx file to convert (e.g. `mcp-cli convert model.onnx ...`)")
+    return model
+
+
+def write_json(path: Path, data: dict) -> None:
+    """A JSON report, written atomically (a temp file beside it, then renamed)."""
+    import json
+    import os
+    import tempfile
+
+    from mcp_compiler.files import follow_umask, write_error
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        follow_umask(fd)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise write_error(path, e) from None

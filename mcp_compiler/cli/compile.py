@@ -1,0 +1,327 @@
+"""`convert`, `inspect`, `passes`, `targets`: the compiler's commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from mcp_compiler.errors import UsageError
+
+from .common import (DebugOpt, JsonOpt, examples, one_model, parse_dims, parse_ints, reporter, run,
+                     tri_state, write_json)
+
+IN, PIPE, QUANT, TGT, CHECK, OUT = ("Input and output", "Pipeline", "Quantization", "Target: serving",
+                                    "Checks", "Reporting")
+
+
+def _opt(default: Any, *names: str, panel: str, help: str, **kw: Any) -> Any:  # noqa: A002
+    return typer.Option(default, *names, rich_help_panel=panel, help=help, **kw)
+
+
+def _lower(v: Any) -> Any:
+    """Values of a fixed set are matched case-insensitively (`--layout NHWC`)."""
+    return v.lower() if isinstance(v, str) else v
+
+
+# The options of `convert`, by panel (one line each in the signature below).
+ModelArg = typer.Argument(None, help="The ONNX (or .mcpir) model to convert.", dir_okay=False, show_default=False)
+InputOpt = _opt(None, "--input", "-i", panel=IN, help="The model, the older way (same as the argument).",
+                dir_okay=False, hidden=True)
+OutputOpt = _opt(None, "--output", "-o", panel=IN, show_default=False,
+                 help="Without --target: the .mcpir file to write. With --target: the model repository "
+                      "folder (default: model_repository).")
+TargetOpt = _opt(None, "--target", "-t", panel=IN, help="Emit for this target (see `mcp-cli targets`).")
+NameOpt = _opt(None, "--name", panel=IN, help="The entry's name in the repository (default: the input file's "
+               "stem, sanitized).")
+ForceOpt = _opt(False, "--force", panel=IN, help="Replace an existing DIR/NAME or .mcpir file.")
+CheckOnnxOpt = _opt(True, "--check/--no-check", panel=IN, help="Run onnx.checker on the input.")
+InferOpt = _opt(True, "--infer-shapes/--no-infer-shapes", panel=IN, help="Run ONNX shape inference before import.")
+
+PassesOpt = _opt(None, "--passes", panel=PIPE, metavar="NAME[,NAME...]",
+                 help="Run these passes instead of the default pipeline (see `mcp-cli passes`).")
+DisableOpt = _opt(None, "--disable-pass", panel=PIPE, metavar="NAME", help="Skip a pass (repeatable).")
+VerifyEachOpt = _opt(False, "--verify-each", panel=PIPE,
+                     help="After every pass: check the IR's invariants and what the pass claims to establish.")
+PrintIrOpt = _opt(None, "--print-ir-after", panel=PIPE, metavar="NAME|all",
+                  help="Print the IR (one line per node) to stderr after this pass (repeatable).")
+ExplainOpt = _opt(None, "--explain-pass", panel=PIPE, metavar="NAME",
+                  help="List why candidate sites of this rewrite pass did not fire (repeatable).")
+OpsetOpt = _opt(None, "--opset", panel=PIPE, help="Raise the model's ai.onnx opset to this first (onnx version "
+                "converter); fusions then use the newer ops: HardSwish 14, LayerNormalization 17, Gelu 20.")
+FoldOpt = _opt(None, "--fold-size-limit", panel=PIPE, metavar="MB",
+               help="Constant folding may produce tensors up to this size (default 1 MB; larger only when "
+                    "not larger than the inputs). Raise it to materialize generated weights.")
+LayoutOpt = _opt("nchw", "--layout", panel=PIPE, metavar="nchw|nhwc",
+                 help="nhwc: 4-D image inputs (and image outputs) become channels-last [N, H, W, C]; "
+                      "transposes inside move and cancel.")
+
+QuantOpt = _opt(None, "--quantize", "--quantization-level", panel=QUANT, metavar="none|int4|fp8",
+                help="Quantize constant MatMul/Gemm weights: int4 (group-wise, weight-only) or fp8; an "
+                     "accuracy report against onnxruntime on the original follows.")
+GroupOpt = _opt(32, "--group-size", panel=QUANT, help="int4: weights per group (16..256).")
+SymOpt = _opt(False, "--symmetric", panel=QUANT, help="int4: no zero point.")
+Int4FmtOpt = _opt("matmulnbits", "--int4-format", panel=QUANT, metavar="matmulnbits|qdq",
+                  help="int4 lowering: com.microsoft.MatMulNBits (fast on CPU) or DequantizeLinear int4 "
+                       "with block_size (opset 21).")
+Int4AccOpt = _opt(0, "--int4-accuracy-level", panel=QUANT,
+                  help="MatMulNBits accuracy_level: 0 float compute, 4 int8 activations (faster, less exact).")
+Fp8FmtOpt = _opt("e4m3fn", "--fp8-format", panel=QUANT, metavar="e4m3fn|e5m2", help="fp8: the float8 type of the weights.")
+Fp8TensorOpt = _opt(False, "--fp8-per-tensor", panel=QUANT,
+                    help="fp8: one scale per tensor (default: per output channel).")
+QConvOpt = _opt(False, "--quantize-conv", panel=QUANT, help="Quantize Conv weights too (int4 needs "
+                "--int4-format qdq).")
+QExclOpt = _opt(None, "--quantize-exclude", panel=QUANT, metavar="PATTERN",
+                help="Leave nodes or weights whose name matches this glob in float (repeatable).")
+QMinOpt = _opt(4096, "--quantize-min-elements", panel=QUANT, help="Weights with fewer values stay in float.")
+QMaxErrOpt = _opt(None, "--quantize-max-error", panel=QUANT, help="Leave a layer in float when its relative "
+                  "weight error (||w - q|| / ||w||) exceeds this.")
+CalibOpt = _opt(None, "--calibration-data", panel=QUANT, help="Folder of .npz input samples: inputs for the "
+                "accuracy report and, with fp8, static activation Q/DQ scales.")
+BudgetOpt = _opt(None, "--accuracy-budget", panel=QUANT, metavar="KEY=V[,...]",
+                 help="Fail (exit 1, nothing written) when the quantized model is outside it: cos=MIN, "
+                      "top1=MIN, max-abs=MAX, rel=MAX, checked on every float output.")
+AccSamplesOpt = _opt(2, "--accuracy-samples", panel=QUANT, help="Random input sets for the accuracy report "
+                     "(0: none).")
+
+BackendOpt = _opt("python", "--backend", panel=TGT, metavar="python|onnxruntime",
+                  help="python (MCP-IR + the bundled runtime) or onnxruntime (Triton's onnxruntime backend).")
+ConfigOpt = _opt(None, "--config", panel=TGT, help="YAML build file with the target's settings (flags "
+                 "override it).")
+DynOpt = _opt(None, "--dynamic-batch", panel=TGT, metavar="true|false|auto",
+              help="auto (default): on when every input and output has the same batch symbol at axis 0; "
+                   "true makes that a requirement.")
+NoDynOpt = _opt(False, "--no-dynamic-batch", panel=TGT, help="Same as --dynamic-batch false.")
+MaxBatchOpt = _opt(None, "--max-batch-size", panel=TGT, help="Largest batch Triton forms (default 8).")
+PrefOpt = _opt(None, "--preferred-batch-size", panel=TGT, metavar="N[,N...]",
+               help="Batch sizes the dynamic batcher waits to form.")
+DelayOpt = _opt(None, "--max-queue-delay-us", panel=TGT, help="How long the batcher may hold a request to "
+                "form a preferred batch (microseconds).")
+ConcOpt = _opt(None, "--max-concurrent-requests", panel=TGT, help="Bound on queued requests (dynamic "
+               "batching queue size); more are rejected.")
+TimeoutOpt = _opt(None, "--inference-timeout-ms", panel=TGT, help="Queue timeout; requests waiting longer "
+                  "are rejected.")
+InstOpt = _opt(None, "--instance-count", panel=TGT, help="Model instances per device (default 1).")
+KindOpt = _opt(None, "--kind", panel=TGT, metavar="cpu|gpu", help="Where instances run (default cpu).")
+TpOpt = _opt(None, "--tensor-parallel-size", panel=TGT, help="gpu: place instances on GPUs 0..N-1 "
+             "(default 1).")
+WarmOpt = _opt(None, "--warmup/--no-warmup", panel=TGT, help="Add a model_warmup built from the contract.")
+WarmDimsOpt = _opt(None, "--warmup-dims", panel=TGT, metavar="NAME=SIZE[,...]",
+                   help="Symbol sizes for the warm-up inputs, e.g. H=64,W=64.")
+PrepackOpt = _opt(None, "--prepack/--no-prepack", panel=TGT,
+                  help="onnxruntime weight prepacking in the served model (--no-prepack: load in "
+                       "milliseconds from the mapped weights, no packed copy in memory).")
+LoadCheckOpt = _opt(True, "--load-check/--no-load-check", panel=TGT,
+                    help="Load the emitted model in its serving runtime before the entry is moved into place.")
+
+VerifyOpt = _opt(False, "--verify", panel=CHECK, help="Compare the result with onnxruntime on the original "
+                 "(exit 1 if it differs).")
+DimsOpt = _opt(None, "--dims", panel=CHECK, metavar="NAME=SIZE[,...]",
+               help="Symbol sizes for --verify, e.g. N=2,H=64 (default: sizes the model's ops accept).")
+InputsOpt = _opt(None, "--inputs", panel=CHECK, help="Your own inputs for --verify and the accuracy report: "
+                 "an .npz (arrays named like the inputs) or a folder of them.")
+ReportOpt = _opt(None, "--report", panel=OUT, help="Write the conversion report (JSON) here.")
+VerboseOpt = _opt(False, "--verbose", "-v", panel=OUT, help="Show per-pass times and node counts.")
+
+CONVERT_EXAMPLES = examples(
+    "mcp-cli convert model.onnx -o model.mcpir",
+    "mcp-cli convert model.onnx -t triton-v1.12 -o model_repository --verify",
+    "mcp-cli convert model.onnx -t triton-v1.12 --quantize int4 --accuracy-budget cos=0.99",
+    "mcp-cli convert model.onnx -t triton-v1.12 --max-batch-size 16 --preferred-batch-size 4,8 --json")
+
+
+def convert(
+    model: Optional[Path] = ModelArg, input: Optional[Path] = InputOpt, output: Optional[str] = OutputOpt,
+    target: Optional[str] = TargetOpt, name: Optional[str] = NameOpt, force: bool = ForceOpt,
+    check: bool = CheckOnnxOpt, infer_shapes: bool = InferOpt,
+    passes: Optional[str] = PassesOpt, disable_pass: Optional[list[str]] = DisableOpt,
+    verify_each: bool = VerifyEachOpt, print_ir_after: Optional[list[str]] = PrintIrOpt,
+    explain_pass: Optional[list[str]] = ExplainOpt, opset: Optional[int] = OpsetOpt,
+    fold_size_limit: Optional[float] = FoldOpt, layout: str = LayoutOpt,
+    quantize: Optional[str] = QuantOpt, group_size: int = GroupOpt, symmetric: bool = SymOpt,
+    int4_format: str = Int4FmtOpt, int4_accuracy_level: int = Int4AccOpt, fp8_format: str = Fp8FmtOpt,
+    fp8_per_tensor: bool = Fp8TensorOpt, quantize_conv: bool = QConvOpt,
+    quantize_exclude: Optional[list[str]] = QExclOpt, quantize_min_elements: int = QMinOpt,
+    quantize_max_error: Optional[float] = QMaxErrOpt, calibration_data: Optional[Path] = CalibOpt,
+    accuracy_budget: Optional[str] = BudgetOpt, accuracy_samples: int = AccSamplesOpt,
+    backend: str = BackendOpt, config: Optional[Path] = ConfigOpt, dynamic_batch: Optional[str] = DynOpt,
+    no_dynamic_batch: bool = NoDynOpt, max_batch_size: Optional[int] = MaxBatchOpt,
+    preferred_batch_size: Optional[str] = PrefOpt, max_queue_delay_us: Optional[int] = DelayOpt,
+    max_concurrent_requests: Optional[int] = ConcOpt, inference_timeout_ms: Optional[int] = TimeoutOpt,
+    instance_count: Optional[int] = InstOpt, kind: Optional[str] = KindOpt,
+    tensor_parallel_size: Optional[int] = TpOpt, model_warmup: Optional[bool] = WarmOpt,
+    warmup_dims: Optional[str] = WarmDimsOpt, prepack: Optional[bool] = PrepackOpt,
+    load_check: bool = LoadCheckOpt,
+    verify: bool = VerifyOpt, dims: Optional[str] = DimsOpt, inputs: Optional[Path] = InputsOpt,
+    report: Optional[Path] = ReportOpt, verbose: bool = VerboseOpt,
+    json_out: bool = JsonOpt, debug: bool = DebugOpt,
+) -> None:
+    """Convert an ONNX model to MCP-IR (.mcpir) or, with --target, to a Triton model repository."""
+    flags = {k: _lower(v) if k in _CHOICES else v for k, v in locals().items()}
+    rep = reporter(json_out)
+
+    def body() -> None:
+        from mcp_compiler.api import compile_model
+        from mcp_compiler.files import check_output
+
+        path = one_model(model, input)
+        options = compile_options(flags)
+        if print_ir_after:
+            _ir_to_stderr()
+        if report is not None:
+            check_output(report, "--report")
+        if output == "":
+            raise UsageError("--output: empty path")
+        with rep.status(f"converting {path}"):
+            result = compile_model(path, None if output is None else Path(output), options)
+        if report is not None:
+            write_json(report, result.to_dict())
+        rep.converted(result, verbose=verbose)
+
+    run(rep, debug, body)
+
+
+_CHOICES = ("layout", "quantize", "int4_format", "fp8_format", "backend", "kind", "target")
+
+
+def _ir_to_stderr() -> None:
+    import logging
+    import sys
+
+    log = logging.getLogger("mcp_compiler.ir")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def compile_options(f: dict[str, Any]):  # noqa: ANN201 - options.CompileOptions
+    """CompileOptions from `convert`'s flags (by parameter name)."""
+    from mcp_compiler.accuracy import parse_budget
+    from mcp_compiler.options import (AccuracyOptions, CheckOptions, CompileOptions, PipelineOptions,
+                                      TargetChoice)
+
+    fold = f["fold_size_limit"]
+    if fold is not None and not fold >= 0:
+        raise UsageError(f"--fold-size-limit must be >= 0 MB, got {fold}")
+    options = CompileOptions(
+        checks=CheckOptions(check=f["check"], infer_shapes=f["infer_shapes"], verify=f["verify"],
+                            dims=parse_dims(f["dims"]), inputs=_str(f["inputs"])),
+        pipeline=PipelineOptions(
+            passes=[p.strip() for p in f["passes"].split(",") if p.strip()] if f["passes"] else None,
+            disabled=set(f["disable_pass"] or ()), verify_each=f["verify_each"], opset=f["opset"],
+            fold_size_limit=None if fold is None else int(fold * 2**20),
+            layout=str(f["layout"]), print_ir_after=set(f["print_ir_after"] or ()),
+            explain=set(f["explain_pass"] or ())),
+        quantize=_quantize(f),
+        accuracy=AccuracyOptions(calibration_data=_str(f["calibration_data"]),
+                                 budget=parse_budget(f["accuracy_budget"]), samples=f["accuracy_samples"]),
+        target=TargetChoice(name=f["target"], entry=f["name"], backend=str(f["backend"]),
+                            load_check=f["load_check"], force=f["force"]))
+    return _with_target(options, f).validate()
+
+
+def _str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def _quantize(f: dict[str, Any]):  # noqa: ANN202 - passes.quantize.QuantizeOptions or None
+    if f["quantize"] in (None, "none"):
+        return None
+    from mcp_compiler.passes.quantize import QuantizeOptions   # (loads every pass: only when quantizing)
+
+    return QuantizeOptions(
+        mode=str(f["quantize"]), block_size=f["group_size"], symmetric=f["symmetric"],
+        int4_format=str(f["int4_format"]), accuracy_level=f["int4_accuracy_level"],
+        fp8_format=str(f["fp8_format"]), per_channel=not f["fp8_per_tensor"], conv=f["quantize_conv"],
+        exclude=list(f["quantize_exclude"] or ()), min_elements=f["quantize_min_elements"],
+        max_error=f["quantize_max_error"])
+
+
+# convert's flags that are the target's own settings (its build file's keys)
+TARGET_FLAGS = ("max_batch_size", "max_queue_delay_us", "max_concurrent_requests", "inference_timeout_ms",
+                "instance_count", "tensor_parallel_size", "model_warmup", "prepack")
+
+
+def _with_target(options, f: dict[str, Any]):  # noqa: ANN001, ANN202 - CompileOptions
+    given = {k: f[k] for k in TARGET_FLAGS if f[k] is not None}
+    given.update({k: v for k, v in (
+        ("dynamic_batch", False if f["no_dynamic_batch"] else tri_state(f["dynamic_batch"], "--dynamic-batch")),
+        ("preferred_batch_size", parse_ints(f["preferred_batch_size"], "--preferred-batch-size")),
+        ("kind", _str(f["kind"])),
+        ("warmup_dims", parse_dims(f["warmup_dims"], "--warmup-dims") if f["warmup_dims"] else None)) if v is not None})
+    if f["target"] is None:
+        if given or f["config"] is not None or f["dynamic_batch"] is not None:
+            flag = "--config" if f["config"] is not None else "--" + next(iter(given or {"dynamic_batch": 0})).replace("_", "-")
+            raise UsageError(f"{flag} needs --target (it is a target setting)")
+        return options
+    from mcp_compiler.targets import get_target
+
+    t = get_target(f["target"])
+    build_file = t.load_build_file(f["config"]) if f["config"] is not None else {}
+    if options.quantize is not None:
+        given["quantization_level"] = options.quantize.mode
+    return options.with_target_settings(t, given, build_file, f"--config {f['config']}")
+
+
+def inspect(
+    file: Path = typer.Argument(..., help="An ONNX (.onnx) or MCP-IR (.mcpir) file."),
+    values: bool = typer.Option(False, "--values", help="Also list every node output's shape."),
+    json_out: bool = JsonOpt, debug: bool = DebugOpt,
+) -> None:
+    """Show a model's interface with its shape contracts, ops, weights and opsets.
+
+    Shape contracts are symbolic dims and expressions such as (H - 1) // 32 + 1, from symbolic
+    shape inference; also the dims inference had to assume equal, any that conflict, and the
+    input sizes the checks use."""
+    rep = reporter(json_out)
+
+    def body() -> None:
+        from mcp_compiler import api
+
+        rep.summary(api.inspect(file, values=values), str(file))
+
+    run(rep, debug, body)
+
+
+def list_passes(json_out: bool = JsonOpt) -> None:
+    """List the passes --passes and --disable-pass accept, in default-pipeline order."""
+    rep = reporter(json_out)
+
+    def body() -> None:
+        import sys
+
+        from mcp_compiler.passes import PASSES
+
+        rows = [{"name": n, "summary": (sys.modules[c.__module__].__doc__ or c.__doc__ or "").strip().splitlines()[0],
+                 "requires": sorted(p.value for p in c.requires),
+                 "establishes": sorted(p.value for p in c.establishes)} for n, c in PASSES.items()]
+        rep.json({"passes": rows})
+        if not json_out:
+            for r in rows:
+                needs = f" (needs {', '.join(r['requires'])})" if r["requires"] else ""
+                rep.out.print(f"{r['name']}: {r['summary']}{needs}", markup=False)
+
+    run(rep, False, body)
+
+
+def list_targets(json_out: bool = JsonOpt) -> None:
+    """List the targets --target accepts."""
+    rep = reporter(json_out)
+
+    def body() -> None:
+        from mcp_compiler.targets import TARGETS
+
+        rows = [{"name": t.name, "runtime": t().runtime, "opsets": list(t().opset_range),
+                 "description": t.description, "commands": [c.__command_name__ for c in t().commands()]}
+                for t in TARGETS.values()]
+        rep.json({"targets": rows})
+        if not json_out:
+            for r in rows:
+                rep.out.print(f"{r['name']}: {r['description']}; runs on {r['runtime']}, "
+                              f"ai.onnx opsets {r['opsets'][0]}..{r['opsets'][1]}; commands: "
+                              f"{', '.join(r['commands'])}", markup=False)
+
+    run(rep, False, body)

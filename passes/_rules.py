@@ -1,0 +1,123 @@
+"""Rewrite passes as rule sets (onnxscript's shape): a rule is a pattern, a replacement and a
+check that says why a match may not fire; one driver iterates, counts, and explains.
+
+A candidate site is a node of the pattern's root op. At each one the driver tries the rules in
+order: the first that matches and passes its check is replaced (through `Splice`, so a node is
+never rewritten twice in one sweep). Sites where no rule fired keep the reasons, which
+`--explain-pass NAME` prints (and `remaining()` checks the pass's claim that no rule fires
+after it ran: `--verify-each`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from mcp_compiler.ir import Graph, Model, Node, Value
+
+from . import _rewrite as R
+from ._infra import Pass, PassContext, PassResult
+from ._pattern import Match, Op, Or, Pattern, match, why_not
+
+
+@dataclass(frozen=True)
+class Rule:
+    """`pattern` -> `replace(match, graph, model, result)`: the nodes that make the pattern's
+    result value instead; `check(match, model)` returns why the match may not fire (None: it may)."""
+
+    name: str
+    pattern: Pattern
+    replace: Callable[[Match, Graph, Model, Value], list[Node]]
+    check: Callable[[Match, Model], str | None] | None = None
+    min_opset: int = 1
+
+    def roots(self) -> set[str]:
+        return _roots(self.pattern)
+
+
+def _roots(p: Pattern) -> set[str]:
+    if isinstance(p, Op):
+        return {p.op_type}
+    if isinstance(p, Or):
+        return set().union(*(_roots(a) for a in p.alternatives))
+    return set()
+
+
+def broadcasts_like_x(m: Match, model: Model) -> str | None:
+    """The common check of elementwise fusions: the constants add no dims to x."""
+    return None if m.broadcasts_like(m["x"]) else "a constant would broadcast x to more dims"
+
+
+class RuleSetPass(Pass):
+    """A pass that is its rules: `rounds` of rules, each round a sweep over every graph."""
+
+    rounds: ClassVar[Sequence[Sequence[Rule]]] = ()
+    reverse: ClassVar[bool] = False   # sweep from the outputs (outer patterns first)
+
+    def not_applicable(self, model: Model) -> str | None:
+        """Why the whole pass does nothing on this model (e.g. its opset lacks the fused op)."""
+        return None
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        reason = self.not_applicable(model)
+        if reason is not None:
+            return PassResult(model, False, {"fired": 0, "reason": reason})
+        fired: dict[str, int] = {r.name: 0 for rnd in self.rounds for r in rnd}
+        misses: list[dict] = []
+        for rnd in self.rounds:
+            rules = [r for r in rnd if (model.onnx_opset or 0) >= r.min_opset]
+            for g in model.all_graphs():
+                for name in self._sweep(model, g, rules, misses):
+                    fired[name] += 1
+        stats: dict = {"fired": sum(fired.values()), **fired}
+        if self.name in ctx.explain:
+            stats["not_fired"] = misses
+        return PassResult(model, stats["fired"] > 0, stats)
+
+    def _sweep(self, model: Model, g: Graph, rules: list[Rule], misses: list[dict]) -> list[str]:
+        outputs = {id(v) for v in g.outputs}
+        splice = R.Splice(g)
+        done = []
+        for root in (reversed(g.nodes) if self.reverse else list(g.nodes)):
+            why = []
+            for rule in rules:
+                if root.op_type not in rule.roots() or not root.is_onnx():
+                    continue
+                m = match(rule.pattern, root, outputs)
+                reason = (why_not(rule.pattern, root, outputs) if m is None else
+                          "its nodes were rewritten by another match" if splice.taken(m.nodes) else
+                          rule.check(m, model) if rule.check else None)
+                if reason is not None:
+                    why.append(f"{rule.name}: {reason}")
+                    continue
+                y = root.outputs[0]
+                splice.free(m.nodes)
+                splice.replace(m.nodes, rule.replace(m, g, model, y))
+                done.append(rule.name)
+                why = []
+                break
+            if why:
+                misses.append({"node": root.name or root.outputs[0].name, "op": root.op_type, "why": why})
+        splice.apply()
+        return done
+
+    def broken_claims(self, model: Model, ctx: PassContext) -> list[str]:
+        return super().broken_claims(model, ctx) + self.remaining(model)
+
+    def remaining(self, model: Model) -> list[str]:
+        """Sites where a rule would still fire (the pass claims there are none after it ran)."""
+        if self.not_applicable(model) is not None:
+            return []
+        left = []
+        for rnd in self.rounds:
+            for g in model.all_graphs():
+                outputs = {id(v) for v in g.outputs}
+                for root in g.nodes:
+                    for rule in rnd:
+                        if (model.onnx_opset or 0) < rule.min_opset or root.op_type not in rule.roots():
+                            continue
+                        m = match(rule.pattern, root, outputs)
+                        if m is not None and (rule.check is None or rule.check(m, model) is None):
+                            left.append(f"{rule.name} still matches at {root.name or root.outputs[0].name}")
+        return left

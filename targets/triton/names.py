@@ -1,0 +1,23 @@
+"""Model names Triton accepts (folder names), and the default one for a model file."""
+
+from __future__ import annotations
+
+import re
+
+from mcp_compiler.errors import UsageError
+
+# What Triton accepts as a model name here: a folder name without separators or dot-files.
+_NAME_OK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+
+
+def sanitize_name(stem: str) -> str:
+    """A model name from a file stem: anything outside [A-Za-z0-9_.-] becomes '_'."""
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", stem).lstrip(".-") or "model"
+    return name[:128]
+
+
+def check_name(name: str) -> str:
+    if not _NAME_OK.match(name) or name in (".", "..") or ".." in name:
+        raise UsageError(f"model name {name!r} is not accepted: use letters, digits, '_', '.', '-' "
+                         "(no path separators, not starting with '.' or '-')")
+    return name
