@@ -5,8 +5,8 @@ import sys
 import time
 
 kind, path = sys.argv[1], sys.argv[2]
-import numpy as np  # noqa: E402  (imports are not part of what is measured)
-import onnxruntime as ort  # noqa: E402
+import numpy as np
+import onnxruntime as ort
 
 so = ort.SessionOptions()
 if kind.endswith("-noprepack"):

@@ -66,7 +66,7 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
 
 
-def ort_session(path, threads: int | None = None):  # noqa: ANN001, ANN201
+def ort_session(path, threads: int | None = None):
     """An onnxruntime CPU session of an .onnx file, or of an .mcpir through mcp_compiler.session
     (default optimizations; `threads` intra-op threads, onnxruntime's default when None)."""
     import onnxruntime as ort

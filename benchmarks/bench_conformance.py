@@ -12,10 +12,10 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, versions  # noqa: E402
-from _results import table, write_section  # noqa: E402
+from _measure import machine, versions
+from _results import table, write_section
 
-from mcp_compiler.conformance import collect_cases, run_all, summarize  # noqa: E402
+from mcp_compiler.conformance import collect_cases, run_all, summarize
 
 
 def main() -> None:

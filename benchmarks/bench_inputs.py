@@ -21,11 +21,11 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _measure import machine, versions, zoo_models  # noqa: E402
-from _results import table, write_section  # noqa: E402
+from _measure import machine, versions, zoo_models
+from _results import table, write_section
 
 
-def _old_feeds(model, smoke: bool) -> dict:  # noqa: ANN001
+def _old_feeds(model, smoke: bool) -> dict:
     from mcp_compiler.ir import DataType
 
     rng = np.random.default_rng(0)
@@ -76,7 +76,7 @@ def main() -> None:
         t0 = time.perf_counter()
         try:
             p = plan(load_onnx(path, check=False, infer_shapes=False).model)
-            probe(model, p, lambda f: sess.run(None, f))
+            probe(model, p, lambda f, s=sess: s.run(None, f))
             new = _outcome(sess, make(model, p, np.random.default_rng(0)))
             sizes = ", ".join(f"{k}={v}" for k, v in p.sizes.items()) or "static"
             probes = len(p.tried)

@@ -28,8 +28,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, measure, ort_session, versions, zoo_models  # noqa: E402
-from _results import table, write_section  # noqa: E402
+from _measure import machine, measure, ort_session, versions, zoo_models
+from _results import table, write_section
 
 HERE = Path(__file__).resolve().parent
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -137,7 +137,7 @@ def count(path: Path) -> int:
         return sum(1 for _ in read_mcpir(path).graph.walk())
     m = onnx.load(path, load_external_data=False)
 
-    def walk(g):  # noqa: ANN001, ANN202
+    def walk(g):
         return sum(1 + sum(walk(a.g) for a in n.attribute if a.HasField("g")) for n in g.node)
     return walk(m.graph)
 
@@ -252,8 +252,8 @@ def main() -> int:
             rows.append(row)
             print(" | ".join(map(str, row)), flush=True)
             shutil.rmtree(d / "repo", ignore_errors=True)
-    import onnxslim
     import onnxsim
+    import onnxslim
 
     keys = sorted(scale, key=lambda k: int(k[len("blocks"):-1]))   # by size: 5k before 50k
     growth = scale[keys[1]] / scale[keys[0]] if len(keys) == 2 else float("nan")

@@ -26,8 +26,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, measure, ort_session, versions, zoo_models  # noqa: E402
-from _results import table, write_section  # noqa: E402
+from _measure import machine, measure, ort_session, versions, zoo_models
+from _results import table, write_section
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -115,7 +115,7 @@ def weight_bytes(path: Path) -> int:
     return total
 
 
-def evaluate(path: Path, feeds: list[dict], reference: list[list[np.ndarray]] | None, reps: int):  # noqa: ANN201
+def evaluate(path: Path, feeds: list[dict], reference: list[list[np.ndarray]] | None, reps: int):
     sess = ort_session(path)
     outs = [sess.run(None, f) for f in feeds]
     sess.run(None, feeds[0])

@@ -22,8 +22,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, measure, versions, zoo_models  # noqa: E402
-from _results import table, write_section  # noqa: E402
+from _measure import machine, measure, versions, zoo_models
+from _results import table, write_section
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable

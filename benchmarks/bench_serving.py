@@ -19,11 +19,11 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, versions  # noqa: E402
-from _results import table, write_section  # noqa: E402
+from _measure import machine, versions
+from _results import table, write_section
 
-from mcp_compiler import CompileOptions, compile_model  # noqa: E402
-from mcp_compiler.targets.triton.serve import TritonServer  # noqa: E402
+from mcp_compiler import CompileOptions, compile_model
+from mcp_compiler.targets.triton.serve import TritonServer
 
 CONCURRENCY = 16
 

@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, measure, versions  # noqa: E402
-from _results import table, write_section  # noqa: E402
+from _measure import machine, measure, versions
+from _results import table, write_section
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable

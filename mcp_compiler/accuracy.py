@@ -112,8 +112,8 @@ def measure(reference, model: Model, samples: list[dict[str, np.ndarray]], label
     """Run `reference` (a path to the original ONNX, or an IR Model) and `model` on each sample."""
     import onnxruntime as ort
 
-    from .session import create_session, quiet_options
     from .reference import run_original
+    from .session import create_session, quiet_options
 
     so = quiet_options()
     if isinstance(reference, Model):

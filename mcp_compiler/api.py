@@ -6,15 +6,14 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .errors import InvalidModelError, OutputExistsError, UsageError
-from .options import CompileOptions
 from .files import write_error
 from .frontend import load_onnx
 from .ir.graph import Model
 from .ir_schema import FILE_EXTENSION
 from .mcpir.writer import write_mcpir
+from .options import CompileOptions
 from .summary import ModelSummary, summarize
 
 DEFAULT_REPOSITORY = "model_repository"

@@ -128,7 +128,7 @@ def _run_raw(sess, feed: dict) -> list:  # noqa: ANN001
     bits viewed as the ml_dtypes type (onnxruntime's Python API cannot convert them)."""
     try:
         return sess.run(None, feed)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         if "Numpy type" not in str(e):
             raise
     import ctypes
@@ -141,7 +141,7 @@ def _run_raw(sess, feed: dict) -> list:  # noqa: ANN001
              "tensor(float8e4m3fnuz)": ml_dtypes.float8_e4m3fnuz, "tensor(float8e5m2)": ml_dtypes.float8_e5m2,
              "tensor(float8e5m2fnuz)": ml_dtypes.float8_e5m2fnuz}
     outs = []
-    for ov, meta in zip(sess.run_with_ort_values(None, feed), sess.get_outputs()):
+    for ov in sess.run_with_ort_values(None, feed):
         dt = kinds.get(ov.data_type()) if ov.is_tensor() else None
         if dt is None:
             outs.append(ov.numpy())

@@ -186,7 +186,7 @@ def _batch_like(s: str, shapes: dict[str, tuple]) -> bool:
 
 
 def _assignments(symbols: list[str], candidates: dict[str, list[int]], requires: list,
-                 grow: list[str] = ()) -> list[dict[str, int]]:  # noqa: B006 - read only
+                 grow: list[str] = ()) -> list[dict[str, int]]:
     """Assignments of sizes to symbols that meet every requirement, preferred ones first: each
     symbol's first choice; the `grow` symbols doubling together (a length some op needs to be
     long enough, whatever op that is); then the smallest sums of candidate ranks."""

@@ -29,7 +29,6 @@ from typing import Any
 from .errors import UsageError
 
 
-
 @dataclass
 class Source:
     path: Path | None = None
@@ -149,7 +148,7 @@ def _manifest(path: Path, root: Any, c: _Checker) -> Manifest:
         raise c.fail(root, "no 'models' list")
     defaults: dict[str, Any] = {}
     if "defaults" in top:
-        for key, (kn, vn) in c.mapping(top["defaults"][1], "defaults", _DEFAULT_KEYS).items():
+        for key, (_kn, vn) in c.mapping(top["defaults"][1], "defaults", _DEFAULT_KEYS).items():
             defaults[key] = c.scalar(vn, f"defaults.{key}", _DEFAULT_KEYS[key])
         target_node = top["defaults"][1] if "target" in defaults else root
         default_target = _target(c, target_node, defaults.get("target", ZooModel.target))

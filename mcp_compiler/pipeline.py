@@ -6,11 +6,23 @@ from .errors import UsageError
 from .options import PipelineOptions
 from .passes import PASSES, Pass, PassContext, PassManager, Repeat
 from .passes.layout import LayoutNhwcPass
-from .passes.normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
-                               DeadCodeEliminationPass, DeduplicateWeightsPass, FoldBatchNormPass,
-                               FoldConstantsPass, FoldConvAffinePass, FuseClipPass, FuseGeluPass,
-                               FuseHardSwishPass, FuseLayerNormPass, IdentityEliminationPass,
-                               MatMulAddToGemmPass, SimplifyReshapePass, SimplifySoftmaxPass)
+from .passes.normalize import (
+    CommonSubexpressionEliminationPass,
+    ConstantToInitializerPass,
+    DeadCodeEliminationPass,
+    DeduplicateWeightsPass,
+    FoldBatchNormPass,
+    FoldConstantsPass,
+    FoldConvAffinePass,
+    FuseClipPass,
+    FuseGeluPass,
+    FuseHardSwishPass,
+    FuseLayerNormPass,
+    IdentityEliminationPass,
+    MatMulAddToGemmPass,
+    SimplifyReshapePass,
+    SimplifySoftmaxPass,
+)
 from .passes.quantize import QuantizeFp8Pass, QuantizeInt4Pass, QuantizeOptions, required_opset
 from .passes.rewrite import UpgradeOpsetPass
 from .passes.shapes import SymbolicShapesPass

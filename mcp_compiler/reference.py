@@ -84,13 +84,13 @@ def sample_inputs(model, dims: dict[str, int], samples: int, seed: int = 0,  # n
     return [make(model, p, rng) for _ in range(samples)], p.to_dict()
 
 
-def session_options():  # noqa: ANN202 - onnxruntime.SessionOptions
+def session_options():  # noqa: ANN201
     from .session import quiet_options
 
     return quiet_options(prepack=False)
 
 
-def open_original(input: str | os.PathLike):  # noqa: ANN202
+def open_original(input: str | os.PathLike):  # noqa: ANN201
     """A session of the original: onnxruntime, or onnx.reference where onnxruntime has no kernel
     for one of its ops; and which one it is."""
     import onnxruntime as ort
@@ -126,10 +126,10 @@ class _Reference:
     def __init__(self, ev) -> None:  # noqa: ANN001
         self.ev = ev
 
-    def run(self, names, feeds):  # noqa: ANN001, ANN201
+    def run(self, names, feeds):  # noqa: ANN001, ANN202
         return self.ev.run(names, feeds)
 
-    def get_outputs(self):  # noqa: ANN201
+    def get_outputs(self):  # noqa: ANN202
         from types import SimpleNamespace
 
         return [SimpleNamespace(name=n) for n in self.ev.output_names]

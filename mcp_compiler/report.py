@@ -173,7 +173,7 @@ class Reporter:
         import contextlib
 
         @contextlib.contextmanager
-        def manager():
+        def manager():  # noqa: ANN202
             if self.rich and self.err.is_terminal:
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 

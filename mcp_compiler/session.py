@@ -67,7 +67,7 @@ def create_session(model: Model, options: ort.SessionOptions | None = None,
     if not prepack:
         so.add_session_config_entry("session.disable_prepacking", "1")
     sess = ort.InferenceSession(proto.SerializeToString(), so, providers=providers or ["CPUExecutionProvider"])
-    sess._mcp_keepalive = values  # noqa: SLF001 - OrtValues must outlive the session
+    sess._mcp_keepalive = values
     return sess
 
 

@@ -5,14 +5,38 @@
 
 from __future__ import annotations
 
-from ._infra import (ALL, REWRITES, ContractError, Pass, PassContext, PassError, PassManager, PassRecord,
-                     PassResult, PipelineError, Property, Repeat)
+from ._infra import (
+    ALL,
+    REWRITES,
+    ContractError,
+    Pass,
+    PassContext,
+    PassError,
+    PassManager,
+    PassRecord,
+    PassResult,
+    PipelineError,
+    Property,
+    Repeat,
+)
 from .layout import LayoutNhwcPass
-from .normalize import (CommonSubexpressionEliminationPass, ConstantToInitializerPass,
-                        DeadCodeEliminationPass, DeduplicateWeightsPass, FoldBatchNormPass,
-                        FoldConstantsPass, FoldConvAffinePass, FuseClipPass, FuseGeluPass,
-                        FuseHardSwishPass, FuseLayerNormPass, IdentityEliminationPass,
-                        MatMulAddToGemmPass, SimplifyReshapePass, SimplifySoftmaxPass)
+from .normalize import (
+    CommonSubexpressionEliminationPass,
+    ConstantToInitializerPass,
+    DeadCodeEliminationPass,
+    DeduplicateWeightsPass,
+    FoldBatchNormPass,
+    FoldConstantsPass,
+    FoldConvAffinePass,
+    FuseClipPass,
+    FuseGeluPass,
+    FuseHardSwishPass,
+    FuseLayerNormPass,
+    IdentityEliminationPass,
+    MatMulAddToGemmPass,
+    SimplifyReshapePass,
+    SimplifySoftmaxPass,
+)
 from .quantize import QuantizeFp8Pass, QuantizeInt4Pass
 from .rewrite import LegalizePass, UpgradeOpsetPass
 from .shapes import SymbolicShapesPass

@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 from mcp_compiler.errors import McpError
 from mcp_compiler.ir import Model
 
-
 _IR_LOG = logging.getLogger("mcp_compiler.ir")   # --print-ir-after writes here
 
 
@@ -185,7 +184,7 @@ class PassManager:
                 verify(result.model)
         except McpError:
             raise
-        except Exception as e:  # noqa: BLE001 - wrapped with the pass's name
+        except Exception as e:
             raise PassError(p.name, done, e) from e
         if self.ctx.verify_each:
             broken = p.broken_claims(model, self.ctx)

@@ -75,7 +75,7 @@ def set_bias(n: Node, v: Value) -> None:
     if len(n.inputs) > 2:
         n.set_input(2, v)
     else:
-        n._append_input(v)   # noqa: SLF001 - the IR's way to add a trailing input
+        n._append_input(v)
 
 
 def shape(v: Value | None) -> tuple | None:

@@ -93,6 +93,10 @@ class Target(abc.ABC):
                 hint="convert the model to a supported opset first")
         return []
 
+    def check_ops(self, model: Model) -> None:
+        """Raise UnsupportedError for what no rewrite rule can make legal (e.g. operator domains
+        the runtime lacks); the strict legalize pass ends with it."""
+
     def legalize_passes(self) -> list:
         """The target's rewrite rules, run after normalization; the last establishes target-legal."""
         return []

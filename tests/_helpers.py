@@ -125,7 +125,7 @@ def mlp_onnx(path: Path, d: int = 128, f: int = 256, layers: int = 2, opset: int
     return path
 
 
-def save_model(folder: Path, name: str, nodes, inputs, outputs, inits=(), opset: int = 17) -> Path:  # noqa: ANN001
+def save_model(folder: Path, name: str, nodes, inputs, outputs, inits=(), opset: int = 17) -> Path:
     """folder/<name>.onnx: a graph of `nodes` at the given ai.onnx opset (IR version 8)."""
     from onnx import helper
 

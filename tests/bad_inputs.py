@@ -300,7 +300,7 @@ def mcpir_cases() -> dict[str, Callable[[Path], None]]:
     return cases
 
 
-def fb_root(data: bytes):  # noqa: ANN201
+def fb_root(data: bytes):
     from mcp_compiler.ir_schema import mcp_ir_generated as fb
 
     return fb.Model.GetRootAs(data[4:], 0)

@@ -33,8 +33,18 @@ def verify_each_pass(monkeypatch):
 
     init = PassManager.__init__
 
-    def checked(self, steps, ctx=None, initial=frozenset()):  # noqa: ANN001, ANN202
+    def checked(self, steps, ctx=None, initial=frozenset()):
         init(self, steps, ctx, initial)
         self.ctx.verify_each = True
 
     monkeypatch.setattr(PassManager, "__init__", checked)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="Rewrite the golden IR dumps (golden_models/*/ir/) from what the compiler prints now.")
+
+
+@pytest.fixture
+def update_golden(request) -> bool:
+    return request.config.getoption("--update-golden")

@@ -10,9 +10,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-
 import bad_inputs
+import pytest
 
 pytestmark = pytest.mark.slow  # about 1,000 hostile inputs
 

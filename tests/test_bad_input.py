@@ -9,16 +9,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _helpers import zoo_models
 from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from mcp_compiler.cli import app
 from mcp_compiler.frontend import load_onnx
-from mcp_compiler.ir import AttrType, Attribute, Graph, Node, Value
+from mcp_compiler.ir import Attribute, AttrType, Graph, Node, Value
 from mcp_compiler.ir_schema import mcp_ir_generated as fb
 from mcp_compiler.mcpir import to_bytes
-
-from _helpers import zoo_models
 
 runner = CliRunner()
 

@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
 from _helpers import GOLDEN, save_model
+from onnx import TensorProto, helper, numpy_helper
 
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]
 T = "triton-v1.12"

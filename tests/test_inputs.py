@@ -10,13 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _helpers import ort_run, save_model
 from onnx import TensorProto, helper, numpy_helper
 
 from mcp_compiler.errors import UsageError
 from mcp_compiler.frontend import load_onnx
 from mcp_compiler.inputs import load_inputs, make, plan, probe
-
-from _helpers import ort_run, save_model
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import importlib
 import sysconfig
-import tomllib
 from pathlib import Path
 
+import tomllib
 from _helpers import REPO
 
 

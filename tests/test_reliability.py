@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _helpers import GOLDEN
 from google.protobuf import text_format
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,8 +23,6 @@ from tritonclient.grpc import model_config_pb2 as mc
 from mcp_compiler import CompileOptions, compile_model
 from mcp_compiler.mcpir import read_mcpir
 from mcp_compiler.targets.triton.verify import verify
-
-from _helpers import GOLDEN
 
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]
 T = "triton-v1.12"
@@ -132,7 +131,7 @@ NASTY = ['a"b', "line\nbreak", "sl/ash", "ünï©ødé", '"\n}\ninput {\n  name:
 
 def test_interface_names_cannot_inject_into_config(tmp_path):
     nodes, outs, ins = [], [], []
-    for i, name in enumerate(NASTY):
+    for name in NASTY:
         ins.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", 2]))
         nodes.append(helper.make_node("Neg", [name], [f"{name}_out"]))
         outs.append(helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, ["N", 2]))

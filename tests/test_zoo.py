@@ -10,11 +10,10 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
+from _helpers import GOLDEN, REPO, REQUIRE_FETCH, zoo_models
 
 from mcp_compiler.errors import McpError, UsageError
 from mcp_compiler.manifest import load_manifest
-
-from _helpers import GOLDEN, REPO, REQUIRE_FETCH, zoo_models
 
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]
 

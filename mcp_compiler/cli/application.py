@@ -31,7 +31,7 @@ class _Group(TyperGroup):
     """Usage errors (unknown flag, bad value) are one line on stderr and exit 2, and with
     --json also the error envelope on stdout; not click's boxed message."""
 
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: ANN001, ANN201
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: ANN001, ANN202
         cx = _exceptions()
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)

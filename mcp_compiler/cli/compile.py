@@ -9,14 +9,13 @@ import typer
 
 from mcp_compiler.errors import UsageError
 
-from .common import (DebugOpt, JsonOpt, examples, one_model, parse_dims, parse_ints, reporter, run,
-                     tri_state, write_json)
+from .common import DebugOpt, JsonOpt, examples, one_model, parse_dims, parse_ints, reporter, run, tri_state, write_json
 
 IN, PIPE, QUANT, TGT, CHECK, OUT = ("Input and output", "Pipeline", "Quantization", "Target: serving",
                                     "Checks", "Reporting")
 
 
-def _opt(default: Any, *names: str, panel: str, help: str, **kw: Any) -> Any:  # noqa: A002
+def _opt(default: Any, *names: str, panel: str, help: str, **kw: Any) -> Any:
     return typer.Option(default, *names, rich_help_panel=panel, help=help, **kw)
 
 
@@ -200,8 +199,7 @@ def _ir_to_stderr() -> None:
 def compile_options(f: dict[str, Any]):  # noqa: ANN201 - options.CompileOptions
     """CompileOptions from `convert`'s flags (by parameter name)."""
     from mcp_compiler.accuracy import parse_budget
-    from mcp_compiler.options import (AccuracyOptions, CheckOptions, CompileOptions, PipelineOptions,
-                                      TargetChoice)
+    from mcp_compiler.options import AccuracyOptions, CheckOptions, CompileOptions, PipelineOptions, TargetChoice
 
     fold = f["fold_size_limit"]
     if fold is not None and not fold >= 0:
@@ -230,7 +228,7 @@ def _str(v: Any) -> str | None:
 def _quantize(f: dict[str, Any]):  # noqa: ANN202 - passes.quantize.QuantizeOptions or None
     if f["quantize"] in (None, "none"):
         return None
-    from mcp_compiler.passes.quantize import QuantizeOptions   # (loads every pass: only when quantizing)
+    from mcp_compiler.passes.quantize import QuantizeOptions  # (loads every pass: only when quantizing)
 
     return QuantizeOptions(
         mode=str(f["quantize"]), block_size=f["group_size"], symmetric=f["symmetric"],

@@ -151,8 +151,8 @@ def _drop_inputs(inferred: onnx.ModelProto, added: list[str]) -> onnx.ModelProto
     return inferred
 
 
-def _all_tensor_protos(proto: onnx.ModelProto):
-    def graph(g: onnx.GraphProto, depth: int):
+def _all_tensor_protos(proto: onnx.ModelProto):  # noqa: ANN202
+    def graph(g: onnx.GraphProto, depth: int):  # noqa: ANN202
         if depth > MAX_SUBGRAPH_DEPTH:
             raise InvalidModelError(None, f"subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH}")
         yield from g.initializer
@@ -162,7 +162,7 @@ def _all_tensor_protos(proto: onnx.ModelProto):
         for n in g.node:
             yield from attrs(n.attribute, depth)
 
-    def attrs(attributes, depth):
+    def attrs(attributes, depth):  # noqa: ANN001, ANN202
         for a in attributes:
             if a.HasField("t"):
                 yield a.t
@@ -482,7 +482,7 @@ class _Importer:
         return NoType(den)
 
 
-def _dim(d: onnx.TensorShapeProto.Dimension):
+def _dim(d: onnx.TensorShapeProto.Dimension):  # noqa: ANN202
     which = d.WhichOneof("value")
     if which == "dim_value":
         return d.dim_value if d.dim_value >= 0 else None
@@ -491,7 +491,7 @@ def _dim(d: onnx.TensorShapeProto.Dimension):
     return None
 
 
-def _props(entries) -> dict[str, str]:
+def _props(entries) -> dict[str, str]:  # noqa: ANN001
     return {e.key: e.value for e in entries}
 
 

@@ -165,10 +165,10 @@ def unlink(nodes: Iterable[Node]) -> None:
                 if any(id(u) not in dead for u, _ in o.uses):
                     raise ValueError(f"cannot remove {n!r}: output {o.name!r} still has uses")
                 o.producer = None
-        for v in n._inputs:   # noqa: SLF001 - the IR's own edge lists
+        for v in n._inputs:
             if v is not None:
                 touched[id(v)] = v
-        n._inputs = [None] * len(n._inputs)   # noqa: SLF001
+        n._inputs = [None] * len(n._inputs)
     for v in touched.values():
         v.uses = [(u, i) for u, i in v.uses if id(u) not in dead]
 

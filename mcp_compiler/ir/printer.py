@@ -11,6 +11,9 @@ def _value(v: Value | None) -> str:
     if v is None:
         return "_"
     t = v.type
+    c = v.const
+    if c is not None and hasattr(c, "dims"):
+        return f"%{v.name}: {DataType(c.dtype).name.lower()}[{', '.join(map(str, c.dims))}]"
     if isinstance(t, TensorType):
         return f"%{v.name}: {DataType(t.elem_type).name.lower()}{format_shape(t.shape)}"
     return f"%{v.name}"

@@ -245,7 +245,7 @@ class _Decoder:
             raise self.bad(f"{owner}: attribute {attr.name!r} has no type")
         return attr
 
-    def need(self, x, what: str):  # noqa: ANN001, ANN201
+    def need(self, x, what: str):  # noqa: ANN001, ANN202
         if x is None:
             raise self.bad(f"attribute {what!r} lacks its value")
         return x

@@ -11,10 +11,10 @@ from .fuse_clip import FuseClipPass
 from .fuse_gelu import FuseGeluPass
 from .fuse_hardswish import FuseHardSwishPass
 from .fuse_layernorm import FuseLayerNormPass
+from .identity_elimination import IdentityEliminationPass
 from .matmul_add_to_gemm import MatMulAddToGemmPass
 from .simplify_reshape import SimplifyReshapePass
 from .simplify_softmax import SimplifySoftmaxPass
-from .identity_elimination import IdentityEliminationPass
 
 __all__ = ["CommonSubexpressionEliminationPass", "ConstantToInitializerPass", "DeadCodeEliminationPass",
            "DeduplicateWeightsPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConvAffinePass",

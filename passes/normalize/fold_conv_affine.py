@@ -7,7 +7,7 @@ import numpy as np
 from mcp_compiler.ir import Model
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult, REWRITES
+from .._infra import REWRITES, Pass, PassContext, PassResult
 
 
 class FoldConvAffinePass(Pass):

@@ -9,7 +9,7 @@ import numpy as np
 from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult, REWRITES
+from .._infra import REWRITES, Pass, PassContext, PassResult
 
 
 class FuseClipPass(Pass):

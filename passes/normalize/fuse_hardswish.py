@@ -7,7 +7,7 @@ from collections.abc import Callable
 from mcp_compiler.ir import Attribute, AttrType, Graph, Model, Node, Value
 
 from .. import _rewrite as R
-from .._infra import Property, REWRITES
+from .._infra import REWRITES
 from .._pattern import Const, Match, Op, Or, Var
 from .._rules import Rule, RuleSetPass, broadcasts_like_x
 

@@ -7,7 +7,7 @@ import numpy as np
 from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult, Property, REWRITES
+from .._infra import REWRITES, Pass, PassContext, PassResult, Property
 from .._pattern import Const, Match, Op, Or, Var, match
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mcp_compiler.ir import Graph, Model, Node, TensorType, Value
 
 from .. import _rewrite as R
-from .._infra import Property, REWRITES
+from .._infra import REWRITES, Property
 from .._pattern import Match, Op, Var
 from .._rules import Rule, RuleSetPass
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from mcp_compiler.ir import Attribute, AttrType, Model, Node
+from mcp_compiler.ir import Attribute, AttrType, Graph, Model, Node, Value
 
 from .. import _rewrite as R
-from .._infra import Pass, PassContext, PassResult, Property, REWRITES
-from .._pattern import Match, Op, Or, Var, match
+from .._infra import REWRITES, Property
+from .._pattern import Match, Op, Or, Var
+from .._rules import Rule, RuleSetPass
 
 _OPS = ("Softmax", "LogSoftmax", "Hardmax")
 
@@ -38,14 +39,22 @@ COERCED = Or(Op("Reshape", ROWS, Op("Shape", X, where=lambda n: not n.attributes
              Op("Reshape", ROWS, Var("target", where=lambda v: R.const(v) is not None)))
 
 
-def _back_to_x(m: Match) -> bool:
+def _back_to_x(m: Match, model: Model) -> str | None:
     if "target" not in m.bound:
-        return True
+        return None
     shape, target = R.shape(m["x"]), R.const(m["target"])
-    return shape is not None and all(isinstance(d, int) for d in shape) and target.tolist() == list(shape)
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return "the Reshape's constant target needs x's static shape, which is unknown"
+    return None if target.tolist() == list(shape) else f"the Reshape's target {target.tolist()} is not x's shape"
 
 
-class SimplifySoftmaxPass(Pass):
+def _uncoerced(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+    s = m.node("s")
+    return [Node(s.op_type, [m["x"]], [y], name=s.name or y.name,
+                 attributes=[Attribute("axis", AttrType.INT, _axis(m.node("flat"), 1))])]
+
+
+class SimplifySoftmaxPass(RuleSetPass):
     """Rule (opset 13+, S one of Softmax, LogSoftmax, Hardmax; x of rank r >= 2):
 
         Reshape(S(Flatten(x, axis=a), axis=1), Shape(x)) -> S(x, axis=a)
@@ -62,23 +71,7 @@ class SimplifySoftmaxPass(Pass):
     establishes = frozenset()
     preserves = REWRITES
 
-    def run(self, model: Model, ctx: PassContext) -> PassResult:
-        opset = model.onnx_opset
-        if opset < 13:
-            return PassResult(model, False, {"simplified": 0, "reason": f"opset {opset} < 13"})
-        done = 0
-        for g in model.all_graphs():
-            outputs = {id(v) for v in g.outputs}
-            splice = R.Splice(g)
-            for root in g.nodes:
-                m = match(COERCED, root, outputs) if root.op_type == "Reshape" else None
-                if m is None or splice.taken(m.nodes) or not _back_to_x(m):
-                    continue
-                s, y = m.node("s"), root.outputs[0]
-                axis = _axis(m.node("flat"), 1)
-                splice.free(m.nodes)
-                splice.replace(m.nodes, [Node(s.op_type, [m["x"]], [y], name=s.name or y.name,
-                                              attributes=[Attribute("axis", AttrType.INT, axis)])])
-                done += 1
-            splice.apply()
-        return PassResult(model, done > 0, {"simplified": done})
+    rounds = ((Rule("simplified", COERCED, _uncoerced, _back_to_x),),)
+
+    def not_applicable(self, model: Model) -> str | None:
+        return f"opset {model.onnx_opset} < 13" if model.onnx_opset < 13 else None

@@ -79,15 +79,18 @@ class TritonTarget(Target):
 
     # --- compile -----------------------------------------------------------------------------
     def check(self, model) -> list[str]:  # noqa: ANN001 - mcp_compiler.ir.Model
+        warnings = super().check(model)
+        self.check_ops(model)
+        return warnings
+
+    def check_ops(self, model) -> None:  # noqa: ANN001 - mcp_compiler.ir.Model
         from mcp_compiler.errors import UnsupportedError
 
-        warnings = super().check(model)
         for n in self._foreign(model):
             raise UnsupportedError(
                 f"target {self.name} runs on {self.runtime}, which has no operator domain "
                 f"{n.domain!r}", node=n.name or None, op=f"{n.domain}.{n.op_type}",
                 hint="no rewrite rule makes it legal")
-        return warnings
 
     def _foreign(self, model) -> list:  # noqa: ANN001
         local = {(f.domain, f.name) for f in model.functions}

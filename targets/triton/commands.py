@@ -12,8 +12,7 @@ from typing import Optional
 
 import typer
 
-from mcp_compiler.cli.common import (Choice, DebugOpt, JsonOpt, examples, one_model, parse_dims, reporter,
-                                     run)
+from mcp_compiler.cli.common import Choice, DebugOpt, JsonOpt, examples, one_model, parse_dims, reporter, run
 from mcp_compiler.errors import ServerError, UsageError
 
 TRITON_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}   # tritonserver's own defaults
@@ -177,8 +176,8 @@ HeaderOpt = typer.Option("mcp-api-key", "--token-header",
 TimeoutOpt = typer.Option(60.0, "--timeout", help="Network timeout, seconds.")
 
 
-def _connection(url: str, protocol: Protocol, ssl: bool, root_cert: Optional[Path], client_cert: Optional[Path],
-                client_key: Optional[Path], token: Optional[str], token_header: str, timeout: float):  # noqa: ANN202
+def _connection(url: str, protocol: Protocol, ssl: bool, root_cert: Optional[Path], client_cert: Optional[Path],  # noqa: ANN202
+                client_key: Optional[Path], token: Optional[str], token_header: str, timeout: float):
     import os
 
     from .deploy import Connection

@@ -18,8 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from mcp_compiler.errors import (InvalidModelError, McpError, ServerAuthError, ServerError, ServerLoadError,
-                     ServerUnreachableError, UsageError)
+from mcp_compiler.errors import (
+    InvalidModelError,
+    McpError,
+    ServerAuthError,
+    ServerError,
+    ServerLoadError,
+    ServerUnreachableError,
+    UsageError,
+)
 
 # One gRPC message carries at most 2 GiB - 1 byte (client and Triton alike); leave room for the
 # config and framing. HTTP sends files base64-encoded in one JSON body: past 1 GiB the client's

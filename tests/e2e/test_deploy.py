@@ -11,10 +11,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _helpers import GOLDEN, ort_run
 
 from mcp_compiler import CompileOptions, compile_model
-
-from _helpers import GOLDEN, ort_run
 
 pytestmark = pytest.mark.slow  # a real Triton
 
@@ -162,7 +161,7 @@ def test_unreachable_and_bad_flags(entries, env):
 
 
 def test_upload_limit_is_checked_before_sending(monkeypatch, entries):
-    from mcp_compiler import deploy as d
+    from mcp_compiler.targets.triton import deploy as d
     from mcp_compiler.errors import UsageError
 
     monkeypatch.setattr(d, "GRPC_UPLOAD_LIMIT", 1000)

@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from _helpers import GOLDEN, REQUIRE_FETCH
 
 pytestmark = pytest.mark.slow  # a real Triton, 21 real models

@@ -12,10 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import onnx
 import pytest
+from _helpers import GOLDEN, ZOO_INPUTS, fetched_zoo, golden_dirs, mlp_onnx, ort_run
 
 from mcp_compiler import CompileOptions, compile_model
-
-from _helpers import GOLDEN, ZOO_INPUTS, golden_dirs, fetched_zoo, mlp_onnx, ort_run
 
 try:
     import pytriton  # noqa: F401

@@ -288,12 +288,12 @@ class _Lowering:
         else:
             absolute, length = self.o.tensor_bytes(t)
             if top and self.o.external(t, length):
-                for key, value in ((b"location", self.o._location),  # noqa: SLF001
+                for key, value in ((b"location", self.o._location),
                                    (b"offset", str(absolute).encode()), (b"length", str(length).encode())):
                     p.append(_len(13, _str(1, key) + _str(2, value)))
                 p.append(_int(14, 1))  # data_location = EXTERNAL
             else:
-                p.append(_len(9, self.o._mm[absolute:absolute + length]))  # noqa: SLF001
+                p.append(_len(9, self.o._mm[absolute:absolute + length]))
         p += self.props(16, t)
         return b"".join(p)
 

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import inspect
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
+from _helpers import REPO
 
 from mcp_compiler.errors import InvalidModelError, SchemaVersionError
 from mcp_compiler.ir_schema import SCHEMA_VERSION
 from mcp_compiler.ir_schema import mcp_ir_generated as fb
 from mcp_compiler.mcpir import from_buffer, to_bytes
 from mcp_compiler.mcpir.reader import schema_layout
-
-from _helpers import REPO
 
 
 def _flatc() -> str:
@@ -58,7 +57,7 @@ def test_verifier_layout_matches_generated_code():
 
 
 def test_file_carries_identifier_and_version(tiny_model, tmp_path):
-    from mcp_compiler.frontend.onnx import _Importer, _ExternalData
+    from mcp_compiler.frontend.onnx import _ExternalData, _Importer
 
     model = _Importer(tmp_path, _ExternalData(tmp_path)).model(tiny_model)
     data = to_bytes(model)
@@ -76,7 +75,7 @@ def _with_major(data: bytes, major: int) -> bytes:
 
 
 def test_unknown_major_version_is_rejected(tiny_model, tmp_path):
-    from mcp_compiler.frontend.onnx import _Importer, _ExternalData
+    from mcp_compiler.frontend.onnx import _ExternalData, _Importer
 
     data = to_bytes(_Importer(tmp_path, _ExternalData(tmp_path)).model(tiny_model))
     from_buffer(_with_major(data, SCHEMA_VERSION[0]))  # unchanged: reads

@@ -6,6 +6,7 @@ import json
 
 import onnx
 import pytest
+from _helpers import GOLDEN, ZOO_INPUTS, zoo_models
 from google.protobuf import text_format
 from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2 as mc
@@ -13,8 +14,6 @@ from typer.testing import CliRunner
 
 from mcp_compiler.cli import app
 from mcp_compiler.targets.triton.config import sanitize_name
-
-from _helpers import GOLDEN, ZOO_INPUTS, zoo_models
 
 runner = CliRunner()
 T = "triton-v1.12"

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import onnx
 import pytest
+from _helpers import ort_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto as TP
@@ -19,8 +20,6 @@ from mcp_compiler.lower import to_onnx
 from mcp_compiler.options import PipelineOptions
 from mcp_compiler.pipeline import build
 
-from _helpers import ort_run
-
 C = 8   # the last dim: layer norm's channels
 
 
@@ -31,7 +30,7 @@ class _Builder:
         self.inits: list = []
         self.n = 0
 
-    def const(self, v, shape=()) -> str:  # noqa: ANN001
+    def const(self, v, shape=()) -> str:
         self.n += 1
         name = f"c{self.n}"
         self.inits.append(numpy_helper.from_array(np.full(shape, v, np.float32), name))
@@ -53,7 +52,7 @@ class _Builder:
         return out
 
 
-def _clamps(b: _Builder, x: str, draw) -> str:  # noqa: ANN001
+def _clamps(b: _Builder, x: str, draw) -> str:
     """One to three of Relu, Min/Max by a constant, Clip, one after the other."""
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(["Relu", "Min", "Max", "Clip"]))
@@ -68,14 +67,14 @@ def _clamps(b: _Builder, x: str, draw) -> str:  # noqa: ANN001
     return x
 
 
-def _hardswish(b: _Builder, x: str, draw) -> str:  # noqa: ANN001
+def _hardswish(b: _Builder, x: str, draw) -> str:
     k = b.op("Clip", b.op("Add", x, b.const(3.0)), b.const(0.0), b.const(6.0))
     if draw(st.booleans()):
         return b.op("Div", b.op("Mul", x, k), b.const(6.0))
     return b.op("Mul", x, b.op("Div", k, b.const(6.0)))
 
 
-def _gelu(b: _Builder, x: str, draw) -> str:  # noqa: ANN001
+def _gelu(b: _Builder, x: str, draw) -> str:
     if draw(st.booleans()):
         t = b.op("Add", b.op("Erf", b.op("Div", x, b.const(math.sqrt(2)))), b.const(1.0))
     else:
@@ -85,7 +84,7 @@ def _gelu(b: _Builder, x: str, draw) -> str:  # noqa: ANN001
     return b.op("Mul", b.op("Mul", x, t), b.const(0.5))
 
 
-def _layernorm(b: _Builder, x: str, draw) -> str:  # noqa: ANN001
+def _layernorm(b: _Builder, x: str, draw) -> str:
     d = b.op("Sub", x, b.mean(x))
     var = b.mean(b.op("Mul", d, d) if draw(st.booleans()) else b.op("Pow", d, b.const(2.0)))
     n = b.op("Div", d, b.op("Sqrt", b.op("Add", var, b.const(1e-5))))

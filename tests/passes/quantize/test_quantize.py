@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from _helpers import ZOO_INPUTS, mlp_onnx, ort_run, zoo_params
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
@@ -20,8 +21,6 @@ from mcp_compiler.passes import PassContext
 from mcp_compiler.passes.quantize import QuantizeFp8Pass, QuantizeInt4Pass, QuantizeOptions
 from mcp_compiler.passes.quantize.numerics import quantize_fp8, quantize_int4
 from mcp_compiler.passes.rewrite import UpgradeOpsetPass
-
-from _helpers import ZOO_INPUTS, mlp_onnx, ort_run, zoo_params
 
 runner = CliRunner()
 # The lowered model must compute exactly x @ dequantize(q): float32 accumulation-order noise only.

@@ -8,14 +8,13 @@ import sys
 import numpy as np
 import onnx
 import pytest
+from _helpers import ZOO_INPUTS, golden_dirs, light_models, ort_run, random_feeds, zoo_models
 
 from mcp_compiler.frontend import load_onnx
 from mcp_compiler.lower import to_onnx
 from mcp_compiler.mcpir import write_mcpir
 from mcp_compiler.targets.triton.emit import write_runtime
 from mcp_compiler.targets.triton.verify import load_runtime
-
-from _helpers import ZOO_INPUTS, golden_dirs, light_models, ort_run, random_feeds, zoo_models
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _helpers import ort_run, zoo_models, zoo_params
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
@@ -22,8 +23,6 @@ from mcp_compiler.passes import PassContext
 from mcp_compiler.passes.shapes import SymbolicShapesPass
 from mcp_compiler.passes.shapes import algebra as A
 from mcp_compiler.pipeline import build
-
-from _helpers import ort_run, zoo_models, zoo_params
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 

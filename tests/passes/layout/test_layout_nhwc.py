@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from _helpers import ort_run, zoo_params
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
@@ -14,12 +15,10 @@ from mcp_compiler.frontend import load_onnx
 from mcp_compiler.ir import Layout
 from mcp_compiler.ir.verify import verify
 from mcp_compiler.lower import to_onnx
+from mcp_compiler.options import PipelineOptions
 from mcp_compiler.passes import PassContext
 from mcp_compiler.passes.layout import LayoutNhwcPass
-from mcp_compiler.options import PipelineOptions
 from mcp_compiler.pipeline import build
-
-from _helpers import ort_run, zoo_params
 
 F = TensorProto.FLOAT
 RTOL, ATOL = 1e-5, 1e-5   # only data movement changes; Conv may pick another kernel order

@@ -8,14 +8,13 @@ import sys
 
 import numpy as np
 import onnx
+from _helpers import GOLDEN, ort_run
 from typer.testing import CliRunner
 
 from mcp_compiler import __version__
 from mcp_compiler.cli import app
 from mcp_compiler.lower import to_onnx
 from mcp_compiler.mcpir import read_mcpir
-
-from _helpers import GOLDEN, ort_run
 
 runner = CliRunner()
 MLP = GOLDEN / "mlp" / "model.onnx"
@@ -125,11 +124,11 @@ def test_passes_report_and_listing(tmp_path):
 def test_readme_lists_every_error_with_its_exit_code():
     import re
 
+    from _helpers import REPO
+
     from mcp_compiler import errors
     from mcp_compiler.ir.verify import IRVerificationError
     from mcp_compiler.passes import PassError, PipelineError
-
-    from _helpers import REPO
 
     readme = (REPO / "README.md").read_text()
     table = dict((name, int(code)) for code, name in re.findall(r"^\| (\d+) \| `(\w+Error)` \|", readme, re.M))

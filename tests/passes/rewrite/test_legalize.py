@@ -8,6 +8,7 @@ import json
 import numpy as np
 import onnx
 import pytest
+from _helpers import ort_run
 from onnx import TensorProto as TP
 from onnx import helper
 from typer.testing import CliRunner
@@ -19,8 +20,6 @@ from mcp_compiler.lower import to_onnx
 from mcp_compiler.passes import PassContext
 from mcp_compiler.passes.rewrite import LegalizePass
 from mcp_compiler.targets.ort_support import TABLE, SupportTable, probe
-
-from _helpers import ort_run
 
 runner = CliRunner()
 

@@ -8,14 +8,13 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from _helpers import ZOO_INPUTS, golden_dirs, light_models, ort_run, random_feeds, zoo_models, zoo_params
 from onnx import TensorProto, helper, numpy_helper
 
 from mcp_compiler.frontend import load_onnx
 from mcp_compiler.ir import ShapeExpr, TensorType
 from mcp_compiler.lower import to_onnx
 from mcp_compiler.mcpir import from_buffer, read_mcpir, to_bytes, write_mcpir
-
-from _helpers import ZOO_INPUTS, golden_dirs, light_models, ort_run, random_feeds, zoo_models, zoo_params
 
 
 def _roundtrip(path, tmp_path):

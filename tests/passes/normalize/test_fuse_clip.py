@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from _helpers import ort_run
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
@@ -13,8 +14,6 @@ from mcp_compiler.ir.verify import verify
 from mcp_compiler.lower import to_onnx
 from mcp_compiler.passes import PassContext
 from mcp_compiler.passes.normalize import DeadCodeEliminationPass, FuseClipPass
-
-from _helpers import ort_run
 
 X = np.linspace(-10, 10, 120, dtype=np.float32).reshape(2, 60)
 

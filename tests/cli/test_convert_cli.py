@@ -1,0 +1,62 @@
+"""convert's CLI shape: the model as an argument, grouped help with examples, values of a fixed
+set in any case, flags named in errors."""
+
+from __future__ import annotations
+
+from _helpers import GOLDEN
+from typer.testing import CliRunner
+
+from mcp_compiler.cli import app
+
+MLP = GOLDEN / "mlp" / "model.onnx"
+runner = CliRunner()
+
+
+def test_model_is_an_argument_and_input_still_works(tmp_path):
+    r = runner.invoke(app, ["convert", str(MLP), "-o", str(tmp_path / "a.mcpir")])
+    assert r.exit_code == 0 and (tmp_path / "a.mcpir").is_file(), r.output
+    r = runner.invoke(app, ["convert", "--input", str(MLP), "-o", str(tmp_path / "b.mcpir")])
+    assert r.exit_code == 0 and (tmp_path / "b.mcpir").is_file(), r.output
+    r = runner.invoke(app, ["convert", "-o", str(tmp_path / "c.mcpir")])
+    assert r.exit_code == 2 and "missing MODEL" in r.stderr
+
+
+def test_help_has_panels_examples_and_no_bool_metavar():
+    r = runner.invoke(app, ["convert", "--help"], terminal_width=200)
+    assert r.exit_code == 0
+    for panel in ("Input and output", "Pipeline", "Quantization", "Target: serving", "Checks", "Reporting"):
+        assert panel in r.stdout
+    assert "Examples" in r.stdout and "mcp-cli convert model.onnx -o model.mcpir" in r.stdout
+    assert "<bool>" not in r.stdout
+    import typer.main
+
+    for name, cmd in typer.main.get_command(app).commands.items():   # every option has a help text
+        for p in cmd.params:
+            assert getattr(p, "help", None) or p.param_type_name == "argument", f"{name} {p.opts} has no help"
+    for cmd in ("inspect", "passes", "targets", "zoo", "serve", "verify", "deploy", "status", "undeploy"):
+        assert "Examples" in runner.invoke(app, [cmd, "--help"], terminal_width=200).stdout, cmd
+
+
+def test_fixed_values_any_case(tmp_path):
+    r = runner.invoke(app, ["convert", str(MLP), "-t", "TRITON-v1.12", "-o", str(tmp_path / "repo"),
+                            "--backend", "ONNXRuntime", "--kind", "CPU", "--layout", "NCHW"])
+    assert r.exit_code == 0, r.output
+    assert 'backend: "onnxruntime"' in (tmp_path / "repo" / "model" / "config.pbtxt").read_text()
+
+
+def test_errors_name_the_flag(tmp_path):
+    r = runner.invoke(app, ["convert", str(MLP), "-t", "triton-v1.12", "-o", str(tmp_path / "r"),
+                            "--max-batch-size", "0"])
+    assert r.exit_code == 2 and "--max-batch-size must be a positive integer" in r.stderr
+    (tmp_path / "mcp.yaml").write_text("max_batch_size: 0\n")
+    r = runner.invoke(app, ["convert", str(MLP), "-t", "triton-v1.12", "-o", str(tmp_path / "r"),
+                            "--config", str(tmp_path / "mcp.yaml")])
+    assert r.exit_code == 2 and "mcp.yaml: max_batch_size must be a positive integer" in r.stderr
+    r = runner.invoke(app, ["convert", str(MLP), "-o", str(tmp_path / "x.mcpir"), "--max-batch-size", "4"])
+    assert r.exit_code == 2 and "--max-batch-size needs --target" in r.stderr
+
+
+def test_deploy_model_version_flag_and_program_version():
+    r = runner.invoke(app, ["deploy", "--help"], terminal_width=200)
+    assert "--model-version" in r.stdout
+    assert runner.invoke(app, ["--version"]).stdout.startswith("mcp-cli ")

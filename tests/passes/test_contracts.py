@@ -1,0 +1,151 @@
+"""Pass contracts: what a pass requires is checked before anything runs, what it does not
+preserve is dropped, what it establishes is checked after it (--verify-each), emit requires
+target-legal; rule passes say why a site did not fire."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _helpers import save_model
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+from mcp_compiler.frontend import load_onnx
+from mcp_compiler.ir import Model
+from mcp_compiler.passes import ContractError, Pass, PassContext, PassManager, PassResult, PipelineError, Property
+from mcp_compiler.passes.normalize import DeadCodeEliminationPass, MatMulAddToGemmPass
+from mcp_compiler.passes.shapes import SymbolicShapesPass
+
+
+def _mlp(tmp_path: Path, bias_shape=(3,)) -> Path:
+    rng = np.random.default_rng(0)
+    return save_model(tmp_path, "m", [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+                                      helper.make_node("Add", ["h", "b"], ["y"], name="add"),
+                                      helper.make_node("Relu", ["x"], ["unused"], name="dead")],
+                      [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 4])],
+                      [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 3])],
+                      [numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w"),
+                       numpy_helper.from_array(rng.standard_normal(bias_shape).astype(np.float32), "b")])
+
+
+SHAPES = frozenset({Property.SHAPES_INFERRED})
+
+
+class ClaimsNoDeadCode(Pass):
+    """Claims what DCE establishes, and does nothing."""
+
+    name = "claims-no-dead-code"
+    establishes = frozenset({Property.NO_DEAD_CODE})
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        return PassResult(model, False)
+
+
+class NeedsNoDeadCode(Pass):
+    name = "needs-no-dead-code"
+    requires = frozenset({Property.NO_DEAD_CODE})
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        return PassResult(model, False)
+
+
+class Rewrites(Pass):
+    """Modifies the model and preserves nothing."""
+
+    name = "rewrites"
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        return PassResult(model, True)
+
+
+def test_verify_each_catches_a_pass_that_breaks_its_claim(tmp_path):
+    model = load_onnx(_mlp(tmp_path)).model
+    with pytest.raises(ContractError, match=r"claims-no-dead-code claims .*no-dead-code: node 'dead' is unused"):
+        PassManager([ClaimsNoDeadCode()], PassContext(verify_each=True)).run(model)
+    # the same claim from the pass that keeps it holds
+    pm = PassManager([DeadCodeEliminationPass()], PassContext(verify_each=True))
+    pm.run(model)
+    assert Property.NO_DEAD_CODE in pm.properties
+
+
+def test_claims_are_only_checked_with_verify_each(tmp_path, monkeypatch):
+    monkeypatch.undo()   # conftest turns --verify-each on for every test
+    model = load_onnx(_mlp(tmp_path)).model
+    PassManager([ClaimsNoDeadCode()], PassContext(verify_each=False)).run(model)   # no check: no error
+
+
+def test_what_a_pass_does_not_preserve_is_dropped():
+    with pytest.raises(PipelineError, match="needs-no-dead-code requires no-dead-code"):
+        PassManager([DeadCodeEliminationPass(), Rewrites(), NeedsNoDeadCode()])
+    PassManager([DeadCodeEliminationPass(), NeedsNoDeadCode()])   # kept when nothing in between
+    # at run time a pass that did not modify the model keeps everything
+    pm = PassManager([DeadCodeEliminationPass(), SymbolicShapesPass()])
+    assert pm.steps
+
+
+def test_rule_pass_explains_sites_that_did_not_fire(tmp_path):
+    model = load_onnx(_mlp(tmp_path, bias_shape=(1, 1, 3))).model
+    SymbolicShapesPass().run(model, PassContext())
+    r = MatMulAddToGemmPass().run(model, PassContext(explain={"matmul-add-to-gemm"}))
+    assert not r.modified and r.stats["fired"] == 0
+    [miss] = r.stats["not_fired"]
+    assert miss["node"] == "add" and "C's shape [1, 1, 3] is not [N] or [1, N]" in miss["why"][0]
+
+
+def test_rule_pass_claims_no_rule_fires_after_it(tmp_path):
+    """A rule pass whose rules still match after it ran breaks its claim."""
+    model = load_onnx(_mlp(tmp_path)).model
+    SymbolicShapesPass().run(model, PassContext())
+
+    class Lazy(MatMulAddToGemmPass):
+        name = "lazy-gemm"
+
+        def run(self, model, ctx):
+            return PassResult(model, False)
+
+    assert Lazy().remaining(model)
+    with pytest.raises(ContractError, match="gemms_formed still matches at add"):
+        PassManager([Lazy()], PassContext(verify_each=True), initial=SHAPES).run(model)
+    PassManager([MatMulAddToGemmPass()], PassContext(verify_each=True), initial=SHAPES).run(model)
+
+
+def test_emit_requires_target_legal(tmp_path, monkeypatch):
+    """Without the target's legalize pass in the pipeline, emit checks legality itself."""
+    from mcp_compiler import CompileOptions, compile_model
+    from mcp_compiler.errors import UnsupportedError
+    from mcp_compiler.options import PipelineOptions
+    from mcp_compiler.targets import TARGETS
+    from mcp_compiler.targets.triton import TritonTarget
+
+    class Picky(TritonTarget):
+        name = "picky"
+
+        def is_legal(self, model):
+            return [f"{n.name}: Relu is not allowed" for n in model.graph.nodes if n.op_type == "Relu"]
+
+        def legalize_passes(self):
+            return []
+
+    monkeypatch.setitem(TARGETS, "picky", Picky)
+    options = CompileOptions.for_target("picky")
+    options.pipeline = PipelineOptions(passes=["fold-constants"])
+    with pytest.raises(UnsupportedError, match="cannot run 1 node"):
+        compile_model(_mlp(tmp_path), tmp_path / "repo", options)
+    assert not (tmp_path / "repo").exists()
+
+
+def test_print_ir_after(tmp_path):
+    from typer.testing import CliRunner
+
+    from mcp_compiler.cli import app
+
+    r = CliRunner().invoke(app, ["convert", str(_mlp(tmp_path)), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
+                                 "--print-ir-after", "matmul-add-to-gemm", "--print-ir-after", "dead-code-elimination"])
+    assert r.exit_code == 0, r.output
+    assert "// IR after matmul-add-to-gemm\n" in r.stderr and "= Gemm(%x: float[N, 4], %w, %b)" in r.stderr
+    assert r.stderr.count("// IR after dead-code-elimination") >= 2
+    r = CliRunner().invoke(app, ["convert", str(_mlp(tmp_path)), "-o", str(tmp_path / "x.mcpir"),
+                                 "--print-ir-after", "no-such-pass", "--passes", "fold-constants"])
+    assert r.exit_code == 2 and "--print-ir-after: unknown pass 'no-such-pass'" in r.stderr

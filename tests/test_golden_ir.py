@@ -1,0 +1,58 @@
+"""Golden IR dumps: the golden models' IR as imported, after normalization, and after the whole
+triton-v1.12 pipeline, one line per node (`mcp-cli convert --print-ir-after`'s format).
+
+A change in what a pass does shows up as a diff of golden_models/<name>/ir/*.txt in review.
+`pytest tests/test_golden_ir.py --update-golden` rewrites them; nobody edits them by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from mcp_compiler.frontend import load_onnx
+from mcp_compiler.ir.printer import print_model
+from mcp_compiler.options import PipelineOptions
+from mcp_compiler.pipeline import build
+from mcp_compiler.targets import get_target
+
+from _helpers import golden_dirs
+
+
+def _phases(path) -> dict[str, str]:
+    """import, normalized (after the first infer-shapes: folding, cleanup), final."""
+    model = load_onnx(path).model
+    out = {"import": print_model(model)}
+    dumps: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            dumps.append(record.getMessage().split("\n", 1)[1])
+
+    log = logging.getLogger("mcp_compiler.ir")
+    handler, level = Keep(), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        build(get_target("triton-v1.12"), PipelineOptions(print_ir_after={"infer-shapes"})).run(model)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    out["normalized"], out["final"] = dumps[0], dumps[-1]
+    return out
+
+
+@pytest.mark.parametrize("folder", golden_dirs(), ids=lambda p: p.name)
+def test_golden_ir(folder, update_golden):
+    got = _phases(folder / "model.onnx")
+    ir = folder / "ir"
+    if update_golden:
+        ir.mkdir(exist_ok=True)
+        for phase, text in got.items():
+            (ir / f"{phase}.txt").write_text(text)
+    for phase, text in got.items():
+        want = ir / f"{phase}.txt"
+        assert want.is_file(), f"{want} is missing: run pytest {__file__} --update-golden"
+        assert text == want.read_text(), f"{folder.name}: the IR {phase} changed; if that is intended, " \
+                                         "rerun with --update-golden and review the diff"
