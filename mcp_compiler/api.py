@@ -87,6 +87,10 @@ def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
         clock.lap("accuracy")
     _write(model, target, input, output, options, report, properties)
     clock.lap("emit")
+    return _finish(report, clock)
+
+
+def _finish(report: CompileReport, clock: _Clock) -> CompileReport:
     report.seconds = clock.seconds
     if report.verification is not None:
         report.seconds["verify"] = report.verification.pop("seconds")
@@ -284,32 +288,42 @@ def _quantization_report(options: CompileOptions, records: list[dict], before: i
 
 def _check_accuracy(input, fmt: str, model: Model, samples, options: CompileOptions,  # noqa: ANN001
                     report: CompileReport) -> None:
-    """Quantized vs onnxruntime on the original, on the calibration samples or random inputs;
-    raises AccuracyError (before anything is written) when outside the budget."""
-    from .accuracy import check_budget, measure, random_samples
+    """Quantized vs onnxruntime on the original, on the calibration samples, the user's inputs or
+    random inputs the model accepts; raises AccuracyError (before anything is written) when
+    outside the budget."""
+    from .accuracy import check_budget, measure
 
     reference = input if fmt == "onnx" else load_model(input, check=False, infer_shapes=False)[0]
-    if samples is not None:
-        label = f"{options.accuracy.calibration_data} ({len(samples)} samples)"
-    elif options.checks.inputs is not None:
-        from .inputs import load_inputs
-
-        original = reference if fmt != "onnx" else load_model(input, check=False, infer_shapes=False)[0]
-        samples = load_inputs(options.checks.inputs, original)
-        label = f"{options.checks.inputs} ({len(samples)} samples)"
-    else:
-        if options.accuracy.samples < 1:
-            if options.accuracy.budget:
-                raise UsageError("--accuracy-budget needs --accuracy-samples >= 1 or --calibration-data")
-            return
-        samples = random_samples(reference, options.accuracy.samples, options.checks.dims)
-        label = f"random inputs the model accepts ({len(samples)} samples)"
+    samples, label = _accuracy_samples(input, reference, samples, options)
+    if samples is None:
+        return
     acc = measure(reference, model, samples, label)
     report.quantization["accuracy"] = acc.to_dict()
     try:
         check_budget(acc, options.accuracy.budget)
     finally:
         report.quantization["accuracy"] = acc.to_dict()
+
+
+def _accuracy_samples(input, reference, samples, options: CompileOptions) -> tuple[list | None, str]:  # noqa: ANN001
+    """The samples of the accuracy report, and how they were made (None: no report)."""
+    if samples is not None:
+        return samples, f"{options.accuracy.calibration_data} ({len(samples)} samples)"
+    if options.checks.inputs is not None:
+        from .inputs import load_inputs
+
+        original = reference if not isinstance(reference, (str, os.PathLike)) else \
+            load_model(input, check=False, infer_shapes=False)[0]
+        samples = load_inputs(options.checks.inputs, original)
+        return samples, f"{options.checks.inputs} ({len(samples)} samples)"
+    if options.accuracy.samples < 1:
+        if options.accuracy.budget:
+            raise UsageError("--accuracy-budget needs --accuracy-samples >= 1 or --calibration-data")
+        return None, ""
+    from .accuracy import random_samples
+
+    samples = random_samples(reference, options.accuracy.samples, options.checks.dims)
+    return samples, f"random inputs the model accepts ({len(samples)} samples)"
 
 
 def inspect(path: str | os.PathLike, values: bool = False) -> ModelSummary:

@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from .ir.dims import format_shape
-
 if TYPE_CHECKING:   # the report renders them; importing them would load onnx at start-up
     from .api import ConvertReport
     from .summary import ModelSummary
@@ -263,6 +261,8 @@ class Reporter:
 
 
 def _shape(shape: list | None) -> str:
+    from .ir.dims import format_shape  # (the IR imports numpy: only when a shape is printed)
+
     return format_shape(None if shape is None else tuple(shape))
 
 

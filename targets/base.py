@@ -93,7 +93,7 @@ class Target(abc.ABC):
                 hint="convert the model to a supported opset first")
         return []
 
-    def check_ops(self, model: Model) -> None:
+    def check_ops(self, model: Model) -> None:  # noqa: B027 - an optional hook: nothing to check by default
         """Raise UnsupportedError for what no rewrite rule can make legal (e.g. operator domains
         the runtime lacks); the strict legalize pass ends with it."""
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 import logging
 
 import pytest
+from _helpers import golden_dirs
 
 from mcp_compiler.frontend import load_onnx
 from mcp_compiler.ir.printer import print_model
 from mcp_compiler.options import PipelineOptions
 from mcp_compiler.pipeline import build
 from mcp_compiler.targets import get_target
-
-from _helpers import golden_dirs
 
 
 def _phases(path) -> dict[str, str]:

@@ -48,9 +48,8 @@ class TritonTarget(Target):
         # the support table found onnxruntime loading models of (read without importing onnx).
         import json
 
-        from ..ort_support import TABLE
-
-        return (7, int(json.loads(TABLE.read_text()).get("max_opset", 7)))
+        table = Path(__file__).parent.parent / "ort_support.json"   # ort_support.TABLE (that imports onnx)
+        return (7, int(json.loads(table.read_text()).get("max_opset", 7)))
 
     # --- options and names -------------------------------------------------------------------
     def options_from(self, flags: Mapping[str, Any], build_file: Mapping[str, Any] | None = None,

@@ -161,8 +161,8 @@ def test_unreachable_and_bad_flags(entries, env):
 
 
 def test_upload_limit_is_checked_before_sending(monkeypatch, entries):
-    from mcp_compiler.targets.triton import deploy as d
     from mcp_compiler.errors import UsageError
+    from mcp_compiler.targets.triton import deploy as d
 
     monkeypatch.setattr(d, "GRPC_UPLOAD_LIMIT", 1000)
     with pytest.raises(UsageError, match="one grpc load request carries at most"):

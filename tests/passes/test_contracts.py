@@ -144,7 +144,7 @@ def test_print_ir_after(tmp_path):
     r = CliRunner().invoke(app, ["convert", str(_mlp(tmp_path)), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
                                  "--print-ir-after", "matmul-add-to-gemm", "--print-ir-after", "dead-code-elimination"])
     assert r.exit_code == 0, r.output
-    assert "// IR after matmul-add-to-gemm\n" in r.stderr and "= Gemm(%x: float[N, 4], %w, %b)" in r.stderr
+    assert "// IR after matmul-add-to-gemm\n" in r.stderr and "= Gemm(%x: float[N, 4], %w: float[4, 3], %b: float[3])" in r.stderr
     assert r.stderr.count("// IR after dead-code-elimination") >= 2
     r = CliRunner().invoke(app, ["convert", str(_mlp(tmp_path)), "-o", str(tmp_path / "x.mcpir"),
                                  "--print-ir-after", "no-such-pass", "--passes", "fold-constants"])
