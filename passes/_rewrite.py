@@ -115,11 +115,13 @@ class Splice:
         self.g = g
         self._new: dict[int, list[Node]] = {}
         self._dead: set[int] = set()
+        self._created: set[int] = set()   # new nodes, not in the graph until apply()
         self._freed: list[Node] = []
 
     def taken(self, nodes: list[Node]) -> bool:
-        """A node already in a replaced pattern (overlapping matches: the first one wins)."""
-        return any(id(n) in self._dead or id(n) in self._new for n in nodes)
+        """A node already in a replaced pattern (overlapping matches: the first one wins), or one
+        a replacement made (it joins the graph at apply(): a later sweep may match it)."""
+        return any(id(n) in self._dead or id(n) in self._new or id(n) in self._created for n in nodes)
 
     def free(self, nodes: list[Node]) -> None:
         """Give up the nodes' outputs; their input edges go at apply()."""
@@ -133,6 +135,7 @@ class Splice:
     def replace(self, nodes: list[Node], new: list[Node]) -> None:
         self._new[id(nodes[-1])] = new
         self._dead.update(id(n) for n in nodes[:-1])
+        self._created.update(id(n) for n in new)
 
     def apply(self) -> int:
         if self._new:

@@ -31,6 +31,9 @@ class Rule:
     replace: Callable[[Match, Graph, Model, Value], list[Node]]
     check: Callable[[Match, Model], str | None] | None = None
     min_opset: int = 1
+    # nodes after the pattern's root that the replacement takes too (binding what it needs in
+    # match.bound); the result is then the last one's output
+    extend: Callable[[Match, set[int]], list[Node]] | None = None
 
     def roots(self) -> set[str]:
         return _roots(self.pattern)
@@ -54,6 +57,8 @@ class RuleSetPass(Pass):
 
     rounds: ClassVar[Sequence[Sequence[Rule]]] = ()
     reverse: ClassVar[bool] = False   # sweep from the outputs (outer patterns first)
+    until_fixpoint: ClassVar[bool] = False   # repeat each round's sweep until nothing fires (chains)
+    max_sweeps: ClassVar[int] = 16
 
     def not_applicable(self, model: Model) -> str | None:
         """Why the whole pass does nothing on this model (e.g. its opset lacks the fused op)."""
@@ -68,8 +73,14 @@ class RuleSetPass(Pass):
         for rnd in self.rounds:
             rules = [r for r in rnd if (model.onnx_opset or 0) >= r.min_opset]
             for g in model.all_graphs():
-                for name in self._sweep(model, g, rules, misses):
-                    fired[name] += 1
+                for _ in range(self.max_sweeps if self.until_fixpoint else 1):
+                    sweep_misses: list[dict] = []
+                    done = self._sweep(model, g, rules, sweep_misses)
+                    for name in done:
+                        fired[name] += 1
+                    if not done:
+                        break
+                misses += sweep_misses   # the last sweep's: the sites that never fired
         stats: dict = {"fired": sum(fired.values()), **fired}
         if self.name in ctx.explain:
             stats["not_fired"] = misses
@@ -85,13 +96,15 @@ class RuleSetPass(Pass):
                 if root.op_type not in rule.roots() or not root.is_onnx():
                     continue
                 m = match(rule.pattern, root, outputs)
+                if m is not None and rule.extend is not None:
+                    m.nodes += rule.extend(m, outputs)
                 reason = (why_not(rule.pattern, root, outputs) if m is None else
                           "its nodes were rewritten by another match" if splice.taken(m.nodes) else
                           rule.check(m, model) if rule.check else None)
                 if reason is not None:
                     why.append(f"{rule.name}: {reason}")
                     continue
-                y = root.outputs[0]
+                y = m.nodes[-1].outputs[0]
                 splice.free(m.nodes)
                 splice.replace(m.nodes, rule.replace(m, g, model, y))
                 done.append(rule.name)

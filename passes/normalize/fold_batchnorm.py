@@ -4,13 +4,54 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import Model
+from mcp_compiler.ir import Graph, Model, Node, Value
 
 from .. import _rewrite as R
-from .._infra import REWRITES, Pass, PassContext, PassResult
+from .._infra import REWRITES
+from .._pattern import Match, Op, Or, Var
+from .._rules import Rule, RuleSetPass
+
+_PRODUCER = Or(*(Op(op, Var("x"), Var("w"), name="p", more_inputs=True) for op in ("Conv", "ConvTranspose", "Gemm")))
+BN = Op("BatchNormalization", _PRODUCER, Var("gamma"), Var("beta"), Var("mean"), Var("var"), name="bn")
 
 
-class FoldBatchNormPass(Pass):
+def _params(m: Match) -> tuple | None:
+    """(W scaled, the folded bias) as float32, or None when the rule cannot fold this site."""
+    p, bn = m.node("p"), m.node("bn")
+    gamma, beta, mean, var, w = (R.const(m[k]) for k in ("gamma", "beta", "mean", "var", "w"))
+    if any(a is None or a.dtype != np.float32 for a in (gamma, beta, mean, var, w)):
+        return None
+    eps = bn.attributes["epsilon"].value if "epsilon" in bn.attributes else 1e-5
+    s = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+    bias_in = p.inputs[2] if len(p.inputs) > 2 else None
+    b = R.const(bias_in) if bias_in is not None else np.zeros(s.shape[0], np.float32)
+    new_w = _scaled_weight(p, w, s)
+    if b is None or b.dtype != np.float32 or new_w is None or b.size not in (1, s.shape[0]):
+        return None
+    b = np.broadcast_to(b.reshape(-1), s.shape)
+    return new_w.astype(np.float32), ((b.astype(np.float64) - mean) * s + beta).astype(np.float32)
+
+
+def _check(m: Match, model: Model) -> str | None:
+    bn = m.node("bn")
+    if "training_mode" in bn.attributes and bn.attributes["training_mode"].value:
+        return "the BatchNormalization is in training mode"
+    if any(o.uses for o in bn.outputs[1:]):
+        return "its running mean/variance outputs are used"
+    return None if _params(m) is not None else \
+        "a parameter is not a float32 constant, or the weight's channels do not match (grouped ConvTranspose)"
+
+
+def _fold(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+    p = m.node("p")
+    new_w, new_b = _params(m)
+    names, base = R.value_names(g), m["w"].name
+    w = R.new_constant(g, names, f"{base}_bn", new_w)
+    b = R.new_constant(g, names, f"{base}_bn_bias", new_b)
+    return [Node(p.op_type, [m["x"], w, b], [y], name=p.name, attributes=list(p.attributes.values()))]
+
+
+class FoldBatchNormPass(RuleSetPass):
     """Rules (all parameters float32 constants, the producer's output used only by the BN, the BN
     in inference mode with its mean/var outputs unused):
 
@@ -26,58 +67,7 @@ class FoldBatchNormPass(Pass):
     requires = frozenset()
     establishes = frozenset()
     preserves = REWRITES
-
-    def run(self, model: Model, ctx: PassContext) -> PassResult:
-        folded = 0
-        for g in model.all_graphs():
-            outputs = {id(v) for v in g.outputs}
-            names = None
-            dead = []
-            for bn in g.nodes:
-                if bn.op_type != "BatchNormalization" or not bn.is_onnx() or len(bn.inputs) < 5:
-                    continue
-                if bn.attributes.get("training_mode") is not None and bn.attributes["training_mode"].value:
-                    continue
-                if any(o.uses or id(o) in outputs for o in bn.outputs[1:]):
-                    continue
-                x = bn.inputs[0]
-                p = x.producer if x is not None else None
-                if p is None or p.op_type not in ("Conv", "ConvTranspose", "Gemm") or not p.is_onnx():
-                    continue
-                if R.only_use(x, outputs) is not bn:
-                    continue
-                gamma, beta, mean, var = (R.const(v) for v in bn.inputs[1:5])
-                w = R.const(p.inputs[1])
-                if any(a is None or a.dtype != np.float32 for a in (gamma, beta, mean, var, w)):
-                    continue
-                eps = bn.attributes["epsilon"].value if "epsilon" in bn.attributes else 1e-5
-                s = (gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps))
-                bias_in = p.inputs[2] if len(p.inputs) > 2 else None
-                b = R.const(bias_in) if bias_in is not None else None
-                if bias_in is not None and (b is None or b.dtype != np.float32):
-                    continue
-                new_w = _scaled_weight(p, w, s)
-                if new_w is None:
-                    continue
-                channels = s.shape[0]
-                if b is None:
-                    b = np.zeros(channels, np.float32)
-                elif b.size == channels:
-                    b = b.reshape(channels)
-                elif b.size == 1:
-                    b = np.full(channels, b.reshape(-1)[0], np.float32)
-                else:
-                    continue
-                new_b = ((b.astype(np.float64) - mean) * s + beta).astype(np.float32)
-                names = names or R.value_names(g)
-                base = p.inputs[1].name
-                p.set_input(1, R.new_constant(g, names, f"{base}_bn", new_w.astype(np.float32)))
-                R.set_bias(p, R.new_constant(g, names, f"{base}_bn_bias", new_b))
-                R.hand_over_output(bn, p)   # the producer now makes the BN's output
-                dead.append(bn)
-                folded += 1
-            g.remove_nodes(dead)
-        return PassResult(model, folded > 0, {"batchnorms_folded": folded})
+    rounds = ((Rule("batchnorms_folded", BN, _fold, _check),),)
 
 
 def _scaled_weight(p, w: np.ndarray, s: np.ndarray) -> np.ndarray | None:  # noqa: ANN001

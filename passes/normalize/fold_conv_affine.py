@@ -4,13 +4,56 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import Model
+from mcp_compiler.ir import Graph, Model, Node, Value
 
 from .. import _rewrite as R
-from .._infra import REWRITES, Pass, PassContext, PassResult
+from .._infra import REWRITES
+from .._pattern import Match, Op, Var
+from .._rules import Rule, RuleSetPass
+
+CONV = Op("Conv", Var("x"), Var("w"), name="conv", more_inputs=True)
+SCALED, SHIFTED = Op("Mul", CONV, Var("c"), name="op"), Op("Add", CONV, Var("c"), name="op")
 
 
-class FoldConvAffinePass(Pass):
+def _vector(m: Match) -> np.ndarray | None:
+    """c as one float32 value per output channel, when W (and the bias) are float32 constants."""
+    conv, cv, w = m.node("conv"), R.const(m["c"]), R.const(m["w"])
+    bias = _bias(conv, w)
+    if cv is None or w is None or bias is None or cv.dtype != np.float32 or w.dtype != np.float32:
+        return None
+    return R.channel_vector(cv, w.shape[0], w.ndim)
+
+
+def _bias(conv: Node, w: np.ndarray | None) -> np.ndarray | None:
+    if len(conv.inputs) > 2 and conv.inputs[2] is not None:
+        return R.const(conv.inputs[2])
+    return np.zeros(w.shape[0] if w is not None else 0, np.float32)
+
+
+def _check(m: Match, model: Model) -> str | None:
+    if _vector(m) is None:
+        return "W, the bias or c is not a float32 constant, or c is not one value per output channel"
+    y, conv_out = m.node("op").outputs[0], m.node("conv").outputs[0]
+    if y.type is not None and conv_out.type is not None and y.type != conv_out.type:
+        return "c would broadcast the Conv's output to another shape"
+    return None
+
+
+def _fold(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+    conv, vec, w = m.node("conv"), _vector(m), R.const(m["w"])
+    bias = _bias(conv, w).reshape(-1)
+    names, base = R.value_names(g), m["w"].name
+    weight = m["w"]
+    if m.node("op").op_type == "Mul":
+        scaled = (w * vec.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32)
+        weight, bias = R.new_constant(g, names, f"{base}_scaled", scaled), bias * vec
+    else:
+        bias = bias + vec
+    b = R.new_constant(g, names, f"{base}_bias", bias.astype(np.float32))
+    return [Node("Conv", [m["x"], weight, b], [y], name=conv.name, attributes=list(conv.attributes.values()))]
+
+
+class FoldConvAffinePass(RuleSetPass):
     """Rules (Conv weight and bias float32 constants, the Conv's output used only here, c a
     float32 constant of one value per output channel: shape (), [C,1,1] or [1,C,1,1]):
 
@@ -25,43 +68,6 @@ class FoldConvAffinePass(Pass):
     requires = frozenset()
     establishes = frozenset()
     preserves = REWRITES
-
-    def run(self, model: Model, ctx: PassContext) -> PassResult:
-        folded = 0
-        for g in model.all_graphs():
-            outputs = {id(v) for v in g.outputs}
-            names = None
-            dead = []
-            for n in g.nodes:
-                if n.op_type not in ("Mul", "Add") or not n.is_onnx() or len(n.inputs) != 2:
-                    continue
-                a, b = n.inputs
-                conv_out, c = (a, b) if R.producer(a, "Conv") is not None else (b, a)
-                conv = R.producer(conv_out, "Conv")
-                if conv is None or R.only_use(conv_out, outputs) is not n or conv.outputs[0] is not conv_out:
-                    continue
-                cv = R.const(c)
-                w = R.const(conv.inputs[1])
-                bias_v = conv.inputs[2] if len(conv.inputs) > 2 else None
-                bias = R.const(bias_v) if bias_v is not None else np.zeros(w.shape[0] if w is not None else 0, np.float32)
-                if cv is None or w is None or bias is None or cv.dtype != np.float32 or w.dtype != np.float32:
-                    continue
-                m = w.shape[0]
-                vec = R.channel_vector(cv, m, w.ndim)
-                if vec is None or n.outputs[0].type is not None and conv_out.type is not None \
-                        and n.outputs[0].type != conv_out.type:
-                    continue   # the constant would broadcast the output to another shape
-                names = names or R.value_names(g)
-                base = conv.inputs[1].name
-                if n.op_type == "Mul":
-                    conv.set_input(1, R.new_constant(g, names, f"{base}_scaled",
-                                                     (w * vec.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32)))
-                    new_bias = bias.reshape(-1) * vec
-                else:
-                    new_bias = bias.reshape(-1) + vec
-                R.set_bias(conv, R.new_constant(g, names, f"{base}_bias", new_bias.astype(np.float32)))
-                R.hand_over_output(n, conv)   # the Conv now makes the Mul/Add's output
-                dead.append(n)
-                folded += 1
-            g.remove_nodes(dead)
-        return PassResult(model, folded > 0, {"nodes_folded": folded})
+    # a chain (Conv -> Mul -> Add) folds one link per sweep: sweep until nothing fires
+    rounds = ((Rule("nodes_folded", SCALED, _fold, _check), Rule("nodes_folded", SHIFTED, _fold, _check)),)
+    until_fixpoint = True

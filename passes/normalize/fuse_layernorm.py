@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
+from mcp_compiler.ir import Attribute, AttrType, Graph, Model, Node, Value
 
 from .. import _rewrite as R
-from .._infra import REWRITES, Pass, PassContext, PassResult, Property
-from .._pattern import Const, Match, Op, Or, Var, match
+from .._infra import REWRITES, Property
+from .._pattern import Const, Match, Op, Or, Var
+from .._rules import Rule, RuleSetPass, broadcasts_like_x
 
 
 def _last_dim_static(v: Value) -> bool:
@@ -49,12 +50,42 @@ X = Var("x", where=_last_dim_static)
 D = Op("Sub", X, _mean(X), name="d")        # named: the same node in both places below
 LAYERNORM = _over(D, Op("Sqrt", Op("Add", _mean(_square(D)), Const(name="eps"))))
 RMSNORM = _over(X, Op("Sqrt", Op("Add", _mean(_square(X)), Const(name="eps"))))
-#        op, pattern, opset that has the op, its trailing affine ops
-RULES = (("LayerNormalization", LAYERNORM, 17, ("Mul", "Add")),
-         ("RMSNormalization", RMSNORM, 23, ("Mul",)))
 
 
-class FuseLayerNormPass(Pass):
+def _fused(op: str):  # noqa: ANN202
+    def replace(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+        x, c = m["x"], R.shape(m["x"])[-1]
+        scale = m.bound.get("Mul") or R.new_constant(g, R.value_names(g), f"{y.name}_scale", np.ones(c, np.float32))
+        inputs = [x, scale] + ([m.bound["Add"]] if "Add" in m.bound else [])
+        return [Node(op, inputs, [y], name=m.nodes[-1].name or y.name,
+                     attributes=[Attribute("axis", AttrType.INT, -1), Attribute("epsilon", AttrType.FLOAT, m.scalar("eps"))])]
+    return replace
+
+
+def _affine(ops: tuple[str, ...]):  # noqa: ANN202
+    return lambda m, outputs: _affine_nodes(m, outputs, ops)
+
+
+def _affine_nodes(m: Match, outputs: set[int], ops: tuple[str, ...]) -> list[Node]:
+    """The Mul (gamma) and Add (beta) by float32 [C] constants that follow the norm, in that
+    order, each where present (bound in the match as "Mul" and "Add")."""
+    c = R.shape(m["x"])[-1]
+    nodes = list(m.nodes)
+    for op in ops:
+        y = nodes[-1].outputs[0]
+        nxt = R.only_use(y, outputs)
+        if nxt is None or nxt.op_type != op or not nxt.is_onnx() or len(nxt.inputs) != 2:
+            continue
+        other = nxt.inputs[1] if nxt.inputs[0] is y else nxt.inputs[0]
+        a = R.const(other)
+        if a is None or a.dtype != np.float32 or a.shape != (c,):
+            continue
+        m.bound[op] = other
+        nodes.append(nxt)
+    return nodes[len(m.nodes):]
+
+
+class FuseLayerNormPass(RuleSetPass):
     """Rules (x float32 with a static last dim C; the intermediates used only in the pattern;
     means over the last axis with keepdims; eps a constant with one element):
 
@@ -75,55 +106,10 @@ class FuseLayerNormPass(Pass):
     establishes = frozenset()
     preserves = REWRITES
 
-    def run(self, model: Model, ctx: PassContext) -> PassResult:
+    rounds = ((Rule("LayerNormalization", LAYERNORM, _fused("LayerNormalization"), broadcasts_like_x, 17,
+                    _affine(("Mul", "Add"))),
+               Rule("RMSNormalization", RMSNORM, _fused("RMSNormalization"), broadcasts_like_x, 23, _affine(("Mul",)))),)
+
+    def not_applicable(self, model: Model) -> str | None:
         opset = model.onnx_opset
-        rules = [r for r in RULES if opset >= r[2]]
-        if not rules:
-            return PassResult(model, False, {"fused": 0, "reason": f"opset {opset} < 17 (--opset 17 enables it)"})
-        fused = {op: 0 for op, *_ in rules}
-        for g in model.all_graphs():
-            outputs = {id(v) for v in g.outputs}
-            names = R.value_names(g)
-            splice = R.Splice(g)
-            for root in g.nodes:
-                if root.op_type not in ("Div", "Mul"):
-                    continue
-                for op, pattern, _, affine in rules:
-                    m = match(pattern, root, outputs)
-                    if m is None or splice.taken(m.nodes) or not m.broadcasts_like(m["x"]):
-                        continue
-                    x, c = m["x"], R.shape(m["x"])[-1]
-                    params, nodes = _affine(m, outputs, c, affine)
-                    if splice.taken(nodes):
-                        continue
-                    y = nodes[-1].outputs[0]
-                    if "Mul" not in params:
-                        params["Mul"] = R.new_constant(g, names, f"{y.name}_scale", np.ones(c, np.float32))
-                    inputs = [x, params["Mul"]] + ([params["Add"]] if "Add" in params else [])
-                    splice.free(nodes)
-                    splice.replace(nodes, [Node(op, inputs, [y], name=nodes[-1].name or y.name,
-                                                attributes=[Attribute("axis", AttrType.INT, -1),
-                                                            Attribute("epsilon", AttrType.FLOAT, m.scalar("eps"))])])
-                    fused[op] += 1
-                    break
-            splice.apply()
-        return PassResult(model, any(fused.values()), {"fused": sum(fused.values()), **fused})
-
-
-def _affine(m: Match, outputs: set[int], c: int, ops: tuple[str, ...]) -> tuple[dict[str, Value], list[Node]]:
-    """The float32 [C] constants of the Mul (gamma) and Add (beta) that follow the norm, in
-    that order, each where present; and the pattern's nodes extended over them."""
-    params: dict[str, Value] = {}
-    nodes = list(m.nodes)
-    for op in ops:
-        y = nodes[-1].outputs[0]
-        nxt = R.only_use(y, outputs)
-        if nxt is None or nxt.op_type != op or not nxt.is_onnx() or len(nxt.inputs) != 2:
-            continue
-        other = nxt.inputs[1] if nxt.inputs[0] is y else nxt.inputs[0]
-        a = R.const(other)
-        if a is None or a.dtype != np.float32 or a.shape != (c,):
-            continue
-        params[op] = other
-        nodes.append(nxt)
-    return params, nodes
+        return f"opset {opset} < 17 (--opset 17 enables it)" if opset is not None and opset < 17 else None

@@ -28,7 +28,7 @@ def test_fuse_layernorm(tmp_path, opset, square, affine):
               [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 5, 16])], inits, opset=opset)
     feeds = {"x": rng.standard_normal((2, 5, 16)).astype(np.float32) * 3 + 1}
     model, r = _run(FuseLayerNormPass(), m, tmp_path, feeds)
-    assert r.modified and r.stats["fused"] == 1 and _ops(model) == ["LayerNormalization"]
+    assert r.modified and r.stats["fired"] == 1 and _ops(model) == ["LayerNormalization"]
 
 
 def test_layernorm_not_fused_below_opset_17(tmp_path):
