@@ -5,24 +5,8 @@ from __future__ import annotations
 from .errors import UsageError
 from .options import PipelineOptions
 from .passes import PASSES, Pass, PassContext, PassManager, Repeat
+from .passes import normalize as N
 from .passes.layout import LayoutNhwcPass
-from .passes.normalize import (
-    CommonSubexpressionEliminationPass,
-    ConstantToInitializerPass,
-    DeadCodeEliminationPass,
-    DeduplicateWeightsPass,
-    FoldBatchNormPass,
-    FoldConstantsPass,
-    FoldConvAffinePass,
-    FuseClipPass,
-    FuseGeluPass,
-    FuseHardSwishPass,
-    FuseLayerNormPass,
-    IdentityEliminationPass,
-    MatMulAddToGemmPass,
-    SimplifyReshapePass,
-    SimplifySoftmaxPass,
-)
 from .passes.quantize import QuantizeFp8Pass, QuantizeInt4Pass, QuantizeOptions, required_opset
 from .passes.rewrite import UpgradeOpsetPass
 from .passes.shapes import SymbolicShapesPass
@@ -37,20 +21,20 @@ def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # no
     need = max(opset or 0, required_opset(quantize) if quantize else 0)
     steps: list[Pass | Repeat] = [UpgradeOpsetPass(need)] if need else []
     steps += [
-        ConstantToInitializerPass(),
-        Repeat([FoldConstantsPass(), IdentityEliminationPass(), CommonSubexpressionEliminationPass(),
-                SimplifyReshapePass(), DeadCodeEliminationPass()]),
+        N.ConstantToInitializerPass(),
+        Repeat([N.FoldConstantsPass(), N.IdentityEliminationPass(), N.CommonSubexpressionEliminationPass(),
+                N.SimplifyReshapePass(), N.DeadCodeEliminationPass()]),
         SymbolicShapesPass(),   # the passes below match on shapes ONNX's inference leaves unknown
-        SimplifySoftmaxPass(),
+        N.SimplifySoftmaxPass(),
         # fusions: change values by float32 rounding only (see each pass's docstring)
-        FoldBatchNormPass(), FoldConvAffinePass(), FuseClipPass(), FuseHardSwishPass(), FuseLayerNormPass(),
-        FuseGeluPass(), MatMulAddToGemmPass(),
-        DeadCodeEliminationPass(),
+        N.FoldBatchNormPass(), N.FoldConvAffinePass(), N.FuseClipPass(), N.FuseHardSwishPass(), N.FuseLayerNormPass(),
+        N.FuseGeluPass(), N.MatMulAddToGemmPass(),
+        N.DeadCodeEliminationPass(),
     ]
     if layout == "nhwc":
-        steps += [LayoutNhwcPass(), DeadCodeEliminationPass()]
+        steps += [LayoutNhwcPass(), N.DeadCodeEliminationPass()]
     # identical weights become one, and then nodes that only differed by them merge
-    after = [DeduplicateWeightsPass(), CommonSubexpressionEliminationPass(), DeadCodeEliminationPass()]
+    after = [N.DeduplicateWeightsPass(), N.CommonSubexpressionEliminationPass(), N.DeadCodeEliminationPass()]
     if quantize is None:
         steps += after
     else:
