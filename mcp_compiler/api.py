@@ -70,7 +70,7 @@ def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
 
     Outputs are written atomically: a failure leaves nothing behind.
     """
-    options = (options or CompileOptions()).validate()
+    options = _output_target(options or CompileOptions(), output).validate()
     target = _target(options)
     output = _check_paths(input, output, options, target)
     clock = _Clock()
@@ -112,6 +112,15 @@ class _Clock:
         now = time.perf_counter()
         self.seconds[name] = round(now - self.t, 4)
         self.t = now
+
+
+def _output_target(options: CompileOptions, output) -> CompileOptions:  # noqa: ANN001
+    """`-o out.onnx` without --target: the ONNX output (the `onnx` target)."""
+    from dataclasses import replace
+
+    if options.target.name is None and output is not None and Path(output).suffix == ".onnx":
+        return replace(options, target=replace(options.target, name="onnx"))
+    return options
 
 
 def _target(options: CompileOptions):  # noqa: ANN202 - targets.Target or None
@@ -207,19 +216,20 @@ def _check_paths(input, output, options: CompileOptions, target) -> Path:  # noq
     from .files import check_output, check_regular_input
 
     check_regular_input(input)
-    if target is not None:
+    if target is not None and target.output_suffix is None:
         output = Path(DEFAULT_REPOSITORY if output is None else output)
-        if output.suffix == FILE_EXTENSION:
-            raise UsageError(f"--output {output}: with --target, --output is the model repository "
-                             "folder (the .mcpir goes inside it)")
+        if output.suffix in (FILE_EXTENSION, ".onnx"):
+            raise UsageError(f"--output {output}: with --target {target.name}, --output is the model repository "
+                             "folder (the model goes inside it)")
         check_output(output, "--output", directory=True)
         return output
     if output is None:
-        raise UsageError("--output is required without --target (a .mcpir file)")
+        raise UsageError(f"--output is required without --target (a {FILE_EXTENSION} or .onnx file)")
     output = Path(output)
-    if output.suffix != FILE_EXTENSION:
-        raise UsageError(f"--output {output}: expected a {FILE_EXTENSION} file "
-                         "(Triton repositories come with --target)")
+    want = FILE_EXTENSION if target is None else target.output_suffix
+    if output.suffix != want:
+        raise UsageError(f"--output {output}: expected a file named *{FILE_EXTENSION} (MCP-IR) or *.onnx (an "
+                         "optimized ONNX model); Triton repositories come with --target triton-v1.12")
     check_output(output, "--output")
     if output.exists() and not options.target.force:
         raise OutputExistsError(f"{output} exists; pass --force to replace it")
@@ -255,18 +265,19 @@ def _emit(model: Model, target, input, output: Path, options: CompileOptions,  #
     def verify_staged(entry: Path) -> None:
         t = time.perf_counter()
         v = target.verify(input, entry, dims=options.checks.dims, inputs=options.checks.inputs)
-        v.repository = str(Path(output) / name)
+        v.repository = str(where)
         report.verification = {**v.to_dict(), "seconds": round(time.perf_counter() - t, 4)}
         v.raise_if_failed()
 
     report.warnings += target.check(model)
     t = options.target
     name = t.entry if t.entry is not None else target.entry_name(Path(input).stem)
+    where = output if target.output_suffix else Path(output) / name
     result = target.emit(model, output, TargetOptions(
         name=name, backend=t.backend, force=t.force, params=t.params,
         quantization=options.quantize.mode if options.quantize else "none",
         load_check=t.load_check, check=verify_staged if options.checks.verify else None))
-    report.output = str(result.root)
+    report.output = str(output) if target.output_suffix else str(result.root)
     report.files = result.files
     report.output_bytes = sum((result.root / f).stat().st_size for f in result.files)
     report.warnings += result.warnings

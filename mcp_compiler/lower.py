@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import onnx
 from onnx import TensorProto
@@ -10,6 +11,9 @@ from onnx import TensorProto
 from .ir.graph import Attribute, AttrType, Function, Graph, Model, Value
 from .ir.tensor import SparseTensor, Tensor
 from .ir.types import MapType, NoType, OptionalType, SequenceType, TensorType, Type
+
+# Models whose weights exceed protobuf's 2 GiB limit keep them in an external-data file.
+PROTO_LIMIT = 2**31 - 1 - (64 << 20)
 
 # Decides where a tensor's bytes go: returns None to embed them as raw_data, or the
 # (location, offset, length) of external data the caller has written them to.
@@ -38,6 +42,34 @@ def to_onnx(model: Model, *, sink: TensorSink | None = None, value_info: bool = 
     for f in model.functions:
         p.functions.append(lw.function(f))
     return p
+
+
+def write_onnx(model: Model, path: Path, *, external: bool | None = None) -> list[str]:
+    """Write `model` as an ONNX file at `path` (not atomically: the caller stages it); the
+    names written. Weights go to `<name>.data` beside it (tensors of 1 KiB and more, 64-byte
+    aligned, copied file to file) when `external`, or when None and they exceed protobuf's
+    2 GiB limit. Inner shapes are left to onnxruntime's inference (to_onnx says why)."""
+    from .mcpir.writer import TensorCopier
+
+    if external is None:
+        external = sum(t.nbytes for t in model.tensors()) >= PROTO_LIMIT
+    if not external:
+        path.write_bytes(to_onnx(model, value_info=False).SerializeToString())
+        return [path.name]
+    data_name = path.name + ".data"
+    with open(path.with_name(data_name), "wb") as data, TensorCopier() as copier:
+        def sink(t: Tensor) -> tuple[str, int, int] | None:
+            if t.nbytes < 1024:
+                return None
+            offset = data.tell()
+            pad = (-offset) % 64
+            data.write(b"\0" * pad)
+            copier.write(t, data)
+            return (data_name, offset + pad, t.nbytes)
+
+        proto = to_onnx(model, sink=sink, value_info=False)
+    path.write_bytes(proto.SerializeToString())
+    return [path.name, data_name]
 
 
 class _Lowering:

@@ -120,7 +120,8 @@ class CompileOptions:
             if not 1 <= p.opset <= _newest_opset():
                 raise UsageError(f"--opset {p.opset}: onnx {version('onnx')} knows opsets 1..{_newest_opset()}")
         if c.verify and t.name is None:
-            raise UsageError("--verify needs --target (it checks the emitted repository)")
+            raise UsageError("--verify needs --target or an .onnx output (it checks what was emitted; "
+                             "an .mcpir file is checked by the target that serves it)")
         if c.inputs is not None and not c.verify and self.quantize is None:
             raise UsageError("--inputs feeds --verify and the quantization accuracy report; give --verify (or --quantize)")
         if c.dims and not c.verify and self.quantize is None:

@@ -161,3 +161,66 @@ def compare(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[flo
     from .inputs import exercised
 
     return max_abs, max_rel, cos, ok, exercised(fa, atol), all_nonfinite
+
+
+def compare_with_original(input: str | os.PathLike, emitted, report: VerifyReport, *,  # noqa: ANN001
+                          seed: int = 0, inputs: str | os.PathLike | None = None) -> VerifyReport:
+    """Fill `report` with the comparison of `emitted()` (a function returning a feeds -> outputs
+    runner, called once the original is released) against the original on the user's inputs or
+    on inputs the model accepts; values the report's layouts mark NHWC are transposed."""
+    import gc
+    from functools import partial
+
+    from .frontend import load_onnx
+
+    model = load_onnx(input, check=False, infer_shapes=False).model
+    # One model in memory at a time (the original's outputs are kept, not its session), and no
+    # prepacked weight copies: checking a 2 GB model costs about 2 GB, not 4 or 8.
+    original, report.reference = open_original(input)
+    if inputs is not None:
+        from .inputs import load_inputs
+
+        if report.dims:
+            raise UsageError("--dims sizes generated inputs; with --inputs the arrays give the sizes")
+        feeds = load_inputs(inputs, model)
+        report.inputs = {"from": str(inputs), "samples": len(feeds)}
+    else:
+        feeds, report.inputs = sample_inputs(model, report.dims, report.samples, seed, run=partial(original.run, None))
+    report.samples = len(feeds)
+    names, wants = run_original(original, feeds)
+    model = original = None   # released before the emitted model is loaded
+    gc.collect()
+    _compare_all(report, emitted(), feeds, names, wants)
+    return report
+
+
+def _compare_all(report: VerifyReport, run, feeds: list[dict], names: list[str], wants: list) -> None:  # noqa: ANN001
+    nhwc = {k for k, v in report.layouts.items() if v == "NHWC"}
+    stats: dict[str, list] = {}
+    for sample, want in zip(feeds, wants):
+        got = run({k: np.ascontiguousarray(v.transpose(0, 2, 3, 1)) if k in nhwc else v for k, v in sample.items()})
+        for name, a, b in zip(names, want, got):
+            b = np.asarray(b).transpose(0, 3, 1, 2) if name in nhwc else b
+            stats.setdefault(name, []).append(compare(a, b, report.rtol, report.atol))
+    for name, rows in stats.items():
+        report.outputs.append(OutputCheck(
+            name, max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
+            all(r[3] for r in rows), exercised=any(r[4] for r in rows), nonfinite=all(r[5] for r in rows)))
+
+
+def verify_onnx(input: str | os.PathLike, emitted: str | os.PathLike, *, samples: int = 1,
+                dims: dict[str, int] | None = None, rtol: float = 1e-3, atol: float = 1e-4,
+                seed: int = 0, inputs: str | os.PathLike | None = None) -> VerifyReport:
+    """The emitted ONNX file against the original, both run by onnxruntime."""
+    from .files import check_regular_input
+
+    check_regular_input(input)
+
+    def runner():  # noqa: ANN202
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(str(emitted), session_options(), providers=["CPUExecutionProvider"])
+        return lambda feeds: sess.run(None, feeds)
+
+    report = VerifyReport(str(emitted), "onnxruntime", samples, dict(dims or {}), rtol, atol)
+    return compare_with_original(input, runner, report, seed=seed, inputs=inputs)

@@ -167,9 +167,13 @@ def convert_one(zm: ZooModel, cache: Path, verify: bool, model_file: Path, key: 
             follow_umask(staging, directory=True)  # mkdtemp makes 0700
             options = CompileOptions(target=TargetChoice(zm.target, zm.name, zm.backend),
                                      checks=CheckOptions(verify=verify, dims=zm.verify_dims if verify else {}))
-            options = options.with_target_settings(get_target(zm.target), {}, zm.serving,
-                                                   f"the manifest's entry {zm.name!r}")
-            compile_model(model_file, staging, options)
+            target = get_target(zm.target)
+            options = options.with_target_settings(target, {}, zm.serving, f"the manifest's entry {zm.name!r}")
+            out = staging
+            if target.output_suffix:   # a file target (onnx): the entry is a folder holding NAME.onnx
+                (staging / zm.name).mkdir()
+                out = staging / zm.name / f"{zm.name}{target.output_suffix}"
+            compile_model(model_file, out, options)
             final = cache / "entries" / key
             if not final.exists():
                 os.replace(staging, final)

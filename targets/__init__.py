@@ -6,9 +6,10 @@ Installed as `mcp_compiler.targets`. `TARGETS` is the one table of known targets
 from __future__ import annotations
 
 from .base import EmitResult, Target, TargetOptions
+from .onnx_file import OnnxTarget
 from .triton import TritonTarget
 
-TARGETS: dict[str, type[Target]] = {TritonTarget.name: TritonTarget}
+TARGETS: dict[str, type[Target]] = {TritonTarget.name: TritonTarget, OnnxTarget.name: OnnxTarget}
 
 
 def get_target(name: str) -> Target:

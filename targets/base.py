@@ -51,6 +51,8 @@ class Target(abc.ABC):
     description: ClassVar[str]
     # The settings a build file or a zoo manifest may give this target, key -> type.
     option_types: ClassVar[Mapping[str, type]] = {}
+    # None: the output is a folder (a repository); else a file with this suffix
+    output_suffix: ClassVar[str | None] = None
 
     @property
     def runtime(self) -> str:

@@ -29,8 +29,10 @@ ModelArg = typer.Argument(None, help="The ONNX (or .mcpir) model to convert.", d
 InputOpt = _opt(None, "--input", "-i", panel=IN, help="The model, the older way (same as the argument).",
                 dir_okay=False, hidden=True)
 OutputOpt = _opt(None, "--output", "-o", panel=IN, show_default=False,
-                 help="Without --target: the .mcpir file to write. With --target: the model repository "
-                      "folder (default: model_repository).")
+                 help="Without --target: the .mcpir file, or the optimized .onnx file, to write. With --target: "
+                      "the model repository folder (default: model_repository).")
+ExternalOpt = _opt(False, "--external-data", panel=IN, help="With an .onnx output: the weights in OUT.onnx.data "
+                   "beside it (always when they exceed protobuf's 2 GB).")
 TargetOpt = _opt(None, "--target", "-t", panel=IN, help="Emit for this target (see `mcp-cli targets`).")
 NameOpt = _opt(None, "--name", panel=IN, help="The entry's name in the repository (default: the input file's "
                "stem, sanitized).")
@@ -125,6 +127,7 @@ VerboseOpt = _opt(False, "--verbose", "-v", panel=OUT, help="Show per-pass times
 
 CONVERT_EXAMPLES = examples(
     "mcp-cli convert model.onnx -o model.mcpir",
+    "mcp-cli convert model.onnx -o optimized.onnx --verify",
     "mcp-cli convert model.onnx -t triton-v1.12 -o model_repository --verify",
     "mcp-cli convert model.onnx -t triton-v1.12 --quantize int4 --accuracy-budget cos=0.99",
     "mcp-cli convert model.onnx -t triton-v1.12 --max-batch-size 16 --preferred-batch-size 4,8 --json")
@@ -133,6 +136,7 @@ CONVERT_EXAMPLES = examples(
 def convert(
     model: Optional[Path] = ModelArg, input: Optional[Path] = InputOpt, output: Optional[str] = OutputOpt,
     target: Optional[str] = TargetOpt, name: Optional[str] = NameOpt, force: bool = ForceOpt,
+    external_data: bool = ExternalOpt,
     check: bool = CheckOnnxOpt, infer_shapes: bool = InferOpt,
     passes: Optional[str] = PassesOpt, disable_pass: Optional[list[str]] = DisableOpt,
     verify_each: bool = VerifyEachOpt, print_ir_after: Optional[list[str]] = PrintIrOpt,
@@ -216,9 +220,16 @@ def compile_options(f: dict[str, Any]):  # noqa: ANN201 - options.CompileOptions
         quantize=_quantize(f),
         accuracy=AccuracyOptions(calibration_data=_str(f["calibration_data"]),
                                  budget=parse_budget(f["accuracy_budget"]), samples=f["accuracy_samples"]),
-        target=TargetChoice(name=f["target"], entry=f["name"], backend=str(f["backend"]),
+        target=TargetChoice(name=_target_name(f), entry=f["name"], backend=str(f["backend"]),
                             load_check=f["load_check"], force=f["force"]))
     return _with_target(options, f).validate()
+
+
+def _target_name(f: dict[str, Any]) -> str | None:
+    """--target, or `onnx` for `-o out.onnx`."""
+    if f["target"] is None and f["output"] and str(f["output"]).lower().endswith(".onnx"):
+        return "onnx"
+    return f["target"]
 
 
 def _str(v: Any) -> str | None:
@@ -245,19 +256,22 @@ TARGET_FLAGS = ("max_batch_size", "max_queue_delay_us", "max_concurrent_requests
 
 def _with_target(options, f: dict[str, Any]):  # noqa: ANN001, ANN202 - CompileOptions
     given = {k: f[k] for k in TARGET_FLAGS if f[k] is not None}
+    if f["external_data"]:
+        given["external_data"] = True
     given.update({k: v for k, v in (
         ("dynamic_batch", False if f["no_dynamic_batch"] else tri_state(f["dynamic_batch"], "--dynamic-batch")),
         ("preferred_batch_size", parse_ints(f["preferred_batch_size"], "--preferred-batch-size")),
         ("kind", _str(f["kind"])),
         ("warmup_dims", parse_dims(f["warmup_dims"], "--warmup-dims") if f["warmup_dims"] else None)) if v is not None})
-    if f["target"] is None:
+    name = _target_name(f)
+    if name is None:
         if given or f["config"] is not None or f["dynamic_batch"] is not None:
             flag = "--config" if f["config"] is not None else "--" + next(iter(given or {"dynamic_batch": 0})).replace("_", "-")
             raise UsageError(f"{flag} needs --target (it is a target setting)")
         return options
     from mcp_compiler.targets import get_target
 
-    t = get_target(f["target"])
+    t = get_target(name)
     build_file = t.load_build_file(f["config"]) if f["config"] is not None else {}
     if options.quantize is not None:
         given["quantization_level"] = options.quantize.mode

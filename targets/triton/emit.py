@@ -20,9 +20,8 @@ from pathlib import Path
 from mcp_compiler.errors import LoadCheckError, McpError, OutputError, OutputExistsError, UsageError
 from mcp_compiler.files import follow_umask, write_error
 from mcp_compiler.ir import Model
-from mcp_compiler.lower import to_onnx
+from mcp_compiler.lower import write_onnx
 from mcp_compiler.mcpir import write_mcpir
-from mcp_compiler.mcpir.writer import TensorCopier
 
 from ..base import EmitResult, TargetOptions
 from .config import build_config, check_name, to_pbtxt
@@ -30,8 +29,6 @@ from .params import ServingParams
 
 RUNTIME_PACKAGE = "mcp_runtime"
 _RUNTIME_FILES = ("__init__.py", "runtime.py")
-# Models whose weights exceed protobuf's 2 GiB limit keep them in an external-data file.
-_PROTO_LIMIT = 2**31 - 1 - (64 << 20)
 
 
 def write_runtime(dest: Path) -> list[Path]:
@@ -79,7 +76,7 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
             (vdir / "model.py").write_bytes(model_py.read_bytes())
             write_runtime(vdir)
         else:
-            _write_onnx(model, vdir / "model.onnx")
+            write_onnx(model, vdir / "model.onnx")
         (tmp / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")
         for rel, data in cfg_files.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -243,24 +240,3 @@ def _swap_in(tmp: Path, final: Path) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-
-
-def _write_onnx(model: Model, path: Path) -> None:
-    # For onnxruntime to run: inner shapes left to its inference (lower.to_onnx says why).
-    total = sum(t.nbytes for t in model.tensors())
-    if total < _PROTO_LIMIT:
-        path.write_bytes(to_onnx(model, value_info=False).SerializeToString())
-        return
-    data_name = path.stem + ".onnx.data"
-    with open(path.with_name(data_name), "wb") as data, TensorCopier() as copier:
-        def sink(t):  # noqa: ANN001, ANN202
-            if t.nbytes < 1024:
-                return None
-            offset = data.tell()
-            pad = (-offset) % 64
-            data.write(b"\0" * pad)
-            copier.write(t, data)
-            return (data_name, offset + pad, t.nbytes)
-
-        proto = to_onnx(model, sink=sink, value_info=False)
-    path.write_bytes(proto.SerializeToString())

@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 import itertools
 import json
 import os
 import sys
-from functools import partial
 from pathlib import Path
 
-import numpy as np
-
 from mcp_compiler.errors import InvalidModelError, UsageError
-from mcp_compiler.frontend import load_onnx
-from mcp_compiler.reference import (
-    OutputCheck,
-    VerifyReport,
-    compare,
-    open_original,
-    run_original,
-    sample_inputs,
-    session_options,
-)
+from mcp_compiler.reference import VerifyReport, compare_with_original, session_options
 
 _counter = itertools.count()
 
@@ -71,45 +58,12 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     cfg = text_format.Parse(cfg_path.read_text(), mc.ModelConfig())
     vdir = _latest_version(model_dir)
     backend = cfg.backend or "onnxruntime"
-    dims = dict(dims or {})
-    model = load_onnx(input, check=False, infer_shapes=False).model
-    report = VerifyReport(str(model_dir), backend, samples, dims, rtol, atol)
+    report = VerifyReport(str(model_dir), backend, samples, dict(dims or {}), rtol, atol)
     if "quantization_level" in cfg.parameters:
         report.quantization_level = cfg.parameters["quantization_level"].string_value
     # the interface's layout contract: NHWC values are the NCHW original's, transposed
-    layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
-    report.layouts = layouts
-    # One model in memory at a time (the original's outputs are kept, not its session), and no
-    # prepacked weight copies: checking a 2 GB model costs about 2 GB, not 4 or 8.
-    original, report.reference = open_original(input)
-    if inputs is not None:
-        from mcp_compiler.inputs import load_inputs
-
-        if dims:
-            raise UsageError("--dims sizes generated inputs; with --inputs the arrays give the sizes")
-        feeds = load_inputs(inputs, model)
-        report.inputs = {"from": str(inputs), "samples": len(feeds)}
-    else:
-        feeds, report.inputs = sample_inputs(model, dims, samples, seed, run=partial(original.run, None))
-    report.samples = len(feeds)
-    names, wants = run_original(original, feeds)
-    model = original = None   # released before the emitted model is loaded
-    gc.collect()
-    run = _emitted_runner(backend, vdir)
-    stats: dict[str, list] = {}
-    for sample, want in zip(feeds, wants):
-        got = run({k: np.ascontiguousarray(v.transpose(0, 2, 3, 1)) if layouts.get(k) == "NHWC" else v
-                   for k, v in sample.items()})
-        for name, a, b in zip(names, want, got):
-            if layouts.get(name) == "NHWC":
-                b = np.asarray(b).transpose(0, 3, 1, 2)
-            stats.setdefault(name, []).append(compare(a, b, rtol, atol))
-    for name, rows in stats.items():
-        report.outputs.append(OutputCheck(
-            name, max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
-            all(r[3] for r in rows), exercised=any(r[4] for r in rows),
-            nonfinite=all(r[5] for r in rows)))
-    return report
+    report.layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
+    return compare_with_original(input, lambda: _emitted_runner(backend, vdir), report, seed=seed, inputs=inputs)
 
 
 def _emitted_runner(backend: str, vdir: Path):  # noqa: ANN202 - feeds -> outputs

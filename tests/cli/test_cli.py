@@ -69,8 +69,8 @@ def test_json_error(tmp_path):
 def test_usage_errors_exit_2(tmp_path):
     assert runner.invoke(app, ["convert", "--input", str(MLP)]).exit_code == 2  # no --output
     assert runner.invoke(app, ["frobnicate"]).exit_code == 2
-    r = runner.invoke(app, ["convert", "-i", str(MLP), "-o", str(tmp_path / "x.onnx")])
-    assert r.exit_code == 2 and "expected a .mcpir file" in r.output
+    r = runner.invoke(app, ["convert", "-i", str(MLP), "-o", str(tmp_path / "x.txt")])   # .onnx is an output now
+    assert r.exit_code == 2 and "expected a file named *.mcpir (MCP-IR) or *.onnx" in r.output
     r = runner.invoke(app, ["convert", "-i", str(MLP), "-o", str(tmp_path / "no" / "x.mcpir")])
     assert r.exit_code == 2 and "does not exist" in r.output
 

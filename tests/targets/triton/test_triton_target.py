@@ -32,13 +32,13 @@ def test_targets_lists_triton():
     r = runner.invoke(app, ["targets", "--json"])
     assert r.exit_code == 0
     out = json.loads(r.output)
-    assert out["ok"] and [t["name"] for t in out["targets"]] == [T]
+    assert out["ok"] and [t["name"] for t in out["targets"]] == [T, "onnx"]
     assert {"serve", "deploy", "verify", "status", "undeploy"} <= set(out["targets"][0]["commands"])
 
 
 def test_unknown_target_lists_known(tmp_path):
     r = _convert("-i", str(MLP), "-t", "tensorrt", "-o", str(tmp_path))
-    assert r.exit_code == 2 and "unknown target 'tensorrt'; known targets: triton-v1.12" in r.output
+    assert r.exit_code == 2 and "unknown target 'tensorrt'; known targets: onnx, triton-v1.12" in r.output
 
 
 def test_python_backend_repository(tmp_path):

@@ -1,0 +1,98 @@
+"""The `onnx` target: the optimized model as one ONNX file (`-o out.onnx`).
+
+The default normalization pipeline without a runtime's rewrite rules: the model keeps its
+opset and IR version (unless --opset raises them), its weights stay in the file unless they
+exceed protobuf's 2 GB (or `--external-data`), and `--verify` compares it with the original,
+both run by onnxruntime.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .base import EmitResult, ParsedOptions, Target, TargetOptions
+
+
+class OnnxTarget(Target):
+    name: ClassVar[str] = "onnx"
+    description: ClassVar[str] = "an optimized ONNX model file (what -o out.onnx writes)"
+    option_types: ClassVar[Mapping[str, type]] = {"external_data": bool}
+    output_suffix: ClassVar[str | None] = ".onnx"
+
+    @property
+    def runtime(self) -> str:
+        from importlib.metadata import version
+
+        return f"any ONNX runtime (verified with onnxruntime {version('onnxruntime')})"
+
+    @property
+    def opset_range(self) -> tuple[int, int]:
+        import onnx
+
+        return (1, onnx.defs.onnx_opset_version())
+
+    def options_from(self, flags: Mapping[str, Any], build_file: Mapping[str, Any] | None = None,
+                     source: str = "the build file") -> ParsedOptions:
+        from mcp_compiler.errors import UsageError
+
+        given = {**(build_file or {}), **{k: v for k, v in flags.items() if v is not None}}
+        unknown = sorted(set(given) - set(self.option_types))
+        if unknown:
+            flag = "--" + unknown[0].replace("_", "-")
+            raise UsageError(f"{flag if unknown[0] in flags else f'{source}: {unknown[0]}'} is not a setting of "
+                             "the ONNX output (it has --external-data)")
+        return ParsedOptions({"external_data": bool(given.get("external_data", False))})
+
+    def emit(self, model, out: Path, options: TargetOptions) -> EmitResult:  # noqa: ANN001 - ir.Model
+        """Write `out` (and `out.data` with external data) through a temp name in the same folder."""
+        from mcp_compiler.errors import OutputExistsError
+        from mcp_compiler.files import follow_umask, write_error
+        from mcp_compiler.lower import write_onnx
+
+        out = Path(out)
+        if out.exists() and not options.force:
+            raise OutputExistsError(f"{out} exists; pass --force to replace it")
+        external = (options.params or {}).get("external_data") or None
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            names = write_onnx(model, tmp / out.name, external=external)
+            for n in names:
+                follow_umask(tmp / n)
+            if options.check is not None:
+                options.check(tmp / out.name)
+            stale = out.with_name(out.name + ".data")
+            for n in names:
+                os.replace(tmp / n, out.parent / n)
+            if len(names) == 1 and stale.exists():
+                stale.unlink()   # a replaced model's old external data
+        except OSError as e:
+            raise write_error(out, e) from None
+        finally:
+            for leftover in tmp.iterdir():
+                leftover.unlink()
+            tmp.rmdir()
+        return EmitResult(out.parent, names)
+
+    def verify(self, original: Path, entry: Path, **kw: Any):  # noqa: ANN201 - reference.VerifyReport
+        from mcp_compiler.reference import verify_onnx
+
+        return verify_onnx(original, entry, **kw)
+
+    def install(self, entry: Path, out_dir: Path, name: str) -> Path:
+        """Copy a cached `<name>.onnx` (and its data) into `out_dir`, each through a temp name."""
+        import shutil
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for src in sorted(entry.iterdir()):
+            fd, tmp = tempfile.mkstemp(prefix=f".{src.name}.", dir=out_dir)
+            os.close(fd)
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, out_dir / src.name)
+        return out_dir / f"{name}.onnx"
+
+    def commands(self) -> list[Callable]:
+        return []
