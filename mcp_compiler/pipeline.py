@@ -23,7 +23,7 @@ def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # no
     steps += [
         N.ConstantToInitializerPass(),
         Repeat([N.FoldConstantsPass(), N.IdentityEliminationPass(), N.CommonSubexpressionEliminationPass(),
-                N.SimplifyReshapePass(), N.DeadCodeEliminationPass()]),
+                N.SimplifyReshapePass(), N.FoldShapeValuesPass(), N.DeadCodeEliminationPass()]),
         SymbolicShapesPass(),   # the passes below match on shapes ONNX's inference leaves unknown
         N.SimplifySoftmaxPass(),
         # fusions: change values by float32 rounding only (see each pass's docstring)

@@ -28,6 +28,7 @@ from .normalize import (
     FoldBatchNormPass,
     FoldConstantsPass,
     FoldConvAffinePass,
+    FoldShapeValuesPass,
     FuseClipPass,
     FuseGeluPass,
     FuseHardSwishPass,
@@ -52,7 +53,7 @@ def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
 
 
 PASSES: dict[str, type[Pass]] = _table(   # in default-pipeline order (`mcp-cli passes` lists them so)
-    UpgradeOpsetPass, ConstantToInitializerPass, FoldConstantsPass, IdentityEliminationPass,
+    UpgradeOpsetPass, ConstantToInitializerPass, FoldConstantsPass, FoldShapeValuesPass, IdentityEliminationPass,
     CommonSubexpressionEliminationPass, SimplifyReshapePass, DeadCodeEliminationPass, SymbolicShapesPass,
     SimplifySoftmaxPass, FoldBatchNormPass, FoldConvAffinePass, FuseClipPass, FuseHardSwishPass,
     FuseLayerNormPass, FuseGeluPass, MatMulAddToGemmPass, LayoutNhwcPass, DeduplicateWeightsPass,

@@ -7,6 +7,7 @@ from .dedup_weights import DeduplicateWeightsPass
 from .fold_batchnorm import FoldBatchNormPass
 from .fold_constants import FoldConstantsPass
 from .fold_conv_affine import FoldConvAffinePass
+from .fold_shape_values import FoldShapeValuesPass
 from .fuse_clip import FuseClipPass
 from .fuse_gelu import FuseGeluPass
 from .fuse_hardswish import FuseHardSwishPass
@@ -17,6 +18,6 @@ from .simplify_reshape import SimplifyReshapePass
 from .simplify_softmax import SimplifySoftmaxPass
 
 __all__ = ["CommonSubexpressionEliminationPass", "ConstantToInitializerPass", "DeadCodeEliminationPass",
-           "DeduplicateWeightsPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConvAffinePass",
+           "DeduplicateWeightsPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConvAffinePass", "FoldShapeValuesPass",
            "FuseClipPass", "FuseGeluPass", "FuseHardSwishPass", "FuseLayerNormPass",
            "IdentityEliminationPass", "MatMulAddToGemmPass", "SimplifyReshapePass", "SimplifySoftmaxPass"]

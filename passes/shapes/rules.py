@@ -492,6 +492,21 @@ def layer_norm(site: Site) -> list:
     return [x, stat, stat][:len(site.node.outputs)]
 
 
+def rnn(site: Site) -> list:
+    """LSTM, GRU, RNN (and onnxruntime's DynamicQuantizeLSTM): Y [seq, dirs, batch, hidden],
+    Y_h / Y_c [dirs, batch, hidden]; with layout=1 batch first: [batch, seq, dirs, hidden] and
+    [batch, dirs, hidden]."""
+    x, hidden = site.shape(0), site.attr("hidden_size")
+    if x is None or len(x) != 3 or hidden is None:
+        return [None] * len(site.node.outputs)
+    dirs = 2 if site.attr("direction", "forward") == "bidirectional" else 1
+    if site.attr("layout", 0) == 1:
+        batch, seq = x[0], x[1]
+        return [(batch, seq, dirs, hidden), (batch, dirs, hidden), (batch, dirs, hidden)][:len(site.node.outputs)]
+    seq, batch = x[0], x[1]
+    return [(seq, dirs, batch, hidden), (dirs, batch, hidden), (dirs, batch, hidden)][:len(site.node.outputs)]
+
+
 def shape_of(site: Site) -> list:
     x = site.shape(0)
     if x is None:
@@ -562,6 +577,7 @@ SHAPE_RULES: dict[str, Callable[[Site], list]] = {
     "ArgMax": arg_reduce, "ArgMin": arg_reduce, "TopK": topk,
     "DepthToSpace": space_depth, "SpaceToDepth": space_depth,
     "LayerNormalization": layer_norm,
+    "LSTM": rnn, "GRU": rnn, "RNN": rnn, "com.microsoft.DynamicQuantizeLSTM": rnn,
     "Shape": shape_of, "Size": lambda site: [()], "ConstantOfShape": constant_of_shape,
     "Range": range_, "Constant": constant, "NonZero": lambda site: [(site.rank(), None) if site.rank() is not None else None],
 }

@@ -1,0 +1,98 @@
+"""Shape arithmetic on known dims -> constants (Shape -> Gather -> Unsqueeze -> Concat -> Reshape)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mcp_compiler.ir import DataType, Model, TensorType
+
+from .. import _rewrite as R
+from .._infra import ALL, Pass, PassContext, PassResult, Property
+
+_INT = {DataType.INT64: np.int64, DataType.INT32: np.int32}
+
+
+class FoldShapeValuesPass(Pass):
+    """Rule: an integer tensor computed from shapes (Shape, Size, and Gather, Slice, Concat,
+    Unsqueeze, Squeeze, Cast, Reshape, Add, Sub, Mul, Div, Max, Min over them) whose every
+    element symbolic shape inference proves static -> that constant.
+
+    Shapes come from the symbolic inference of `infer-shapes` (passes/shapes): a Shape of
+    [N, 80, 40] gathered at index 1 is 80 whatever N is, where ONNX's own inference leaves it
+    unknown and constant folding cannot fold a Shape of a dynamic value. Exact: the same integers.
+    The shape subgraph that made it goes with dead-code elimination. Not applied to graph outputs
+    or to values of more than 64 elements.
+    """
+
+    name = "fold-shape-values"
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = ALL - {Property.NO_DEAD_CODE, Property.UNIQUE_WEIGHTS}
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        from ..shapes.symbolic_shapes import Inference, _symbols
+
+        g = model.graph
+        inf = Inference(g, model.onnx_opset, taken=_symbols(model))
+        inf.run()
+        outputs = {id(v) for v in g.outputs}
+        folded, names = 0, None
+        for n in g.nodes:
+            if not n.is_onnx() or n.op_type in ("Constant",) or not n.outputs:
+                continue
+            v = n.outputs[0]
+            vals, shape = inf.values.get(id(v)), inf.shapes.get(id(v))
+            dtype = _int_type(v, n)
+            if vals is None or id(v) in outputs or not v.uses or dtype is None or shape is None \
+                    or len(shape) > 1 or not all(isinstance(d, int) for d in vals):
+                continue
+            if (shape == () and len(vals) != 1) or (len(shape) == 1 and shape[0] != len(vals)):
+                continue
+            names = names if names is not None else R.value_names(g)
+            c = R.new_constant(g, names, f"{v.name}__folded", np.array(vals, dtype=_INT[dtype]).reshape(shape))
+            v.replace_all_uses_with(c)
+            folded += 1
+        targets = 0
+        for n in g.nodes:
+            allowzero = n.attributes.get("allowzero")
+            if n.is_onnx("Reshape") and len(n.inputs) == 2 and not (allowzero is not None and allowzero.value):
+                target = _reshape_target(n, inf)
+                if target is not None:
+                    names = names if names is not None else R.value_names(g)
+                    n.set_input(1, R.new_constant(g, names, f"{n.outputs[0].name}__shape", target))
+                    targets += 1
+        return PassResult(model, folded + targets > 0, {"values_folded": folded, "reshape_targets": targets})
+
+
+def _reshape_target(n, inf) -> np.ndarray | None:  # noqa: ANN001
+    """A computed Reshape target whose symbolic entries are the input's dims at the same
+    positions (or a single other one): [80, 0, 768] (0 copies the input's dim), or -1."""
+    t, x = n.inputs[1], n.inputs[0]
+    vals, shape = inf.values.get(id(t)), inf.shapes.get(id(x))
+    if t.const is not None or vals is None or shape is None or all(isinstance(d, int) for d in vals):
+        return None
+    out, unknown = [], 0
+    for i, d in enumerate(vals):
+        if isinstance(d, int):
+            if d == 0:
+                return None   # 0 already means "copy": leave such targets alone
+            out.append(d)
+        elif i < len(shape) and shape[i] == d:
+            out.append(0)
+        else:
+            out.append(-1)
+            unknown += 1
+    return np.array(out, np.int64) if unknown <= 1 and -1 not in [d for d in vals if isinstance(d, int)] else None
+
+
+def _int_type(v, n) -> DataType | None:  # noqa: ANN001
+    t = v.type.elem_type if isinstance(v.type, TensorType) else None
+    if t is None:
+        if n.op_type in ("Shape", "Size"):
+            t = DataType.INT64
+        elif n.op_type == "Cast":
+            t = DataType(n.attributes["to"].value)
+        else:
+            first = next((x for x in n.inputs if x is not None), None)
+            t = first.type.elem_type if first is not None and isinstance(first.type, TensorType) else None
+    return DataType(t) if t is not None and DataType(t) in _INT else None

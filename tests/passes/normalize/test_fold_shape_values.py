@@ -1,0 +1,66 @@
+"""The fold-shape-values pass: shape arithmetic on dims symbolic inference knows becomes
+constants; onnxruntime outputs stay equal to the original's."""
+
+from __future__ import annotations
+
+import numpy as np
+from _exact_cases import _ops, _run, _same_outputs
+from _helpers import save_model
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+from mcp_compiler.frontend import load_onnx
+from mcp_compiler.passes import PassContext
+from mcp_compiler.passes.normalize import DeadCodeEliminationPass, FoldShapeValuesPass
+
+
+def _i64(name, v):
+    return numpy_helper.from_array(np.array(v, np.int64), name)
+
+
+def test_static_dims_of_a_dynamic_value_fold_and_reshape_copies_the_batch(tmp_path):
+    """flat = Reshape(x, [Shape(x)[0], Shape(x)[1] * Shape(x)[2]]) on x [N, 80, 40]: the product is
+    3200 whatever N is, and the target becomes [0, 3200] (0: copy N)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+             helper.make_node("Gather", ["s", "i1"], ["a"], axis=0),
+             helper.make_node("Gather", ["s", "i2"], ["b"], axis=0),
+             helper.make_node("Mul", ["a", "b"], ["ab"]),
+             helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+             helper.make_node("Unsqueeze", ["ab", "ax"], ["ab1"]),
+             helper.make_node("Concat", ["n1", "ab1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    path = save_model(tmp_path, "m", nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 80, 40])],
+                      [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 3200])],
+                      [_i64("i0", 0), _i64("i1", 1), _i64("i2", 2), _i64("ax", [0])])
+    import onnx
+
+    original = onnx.load(path)
+    model = load_onnx(path).model
+    r = _run(FoldShapeValuesPass(), model)
+    assert r.modified and r.stats["reshape_targets"] == 1 and r.stats["values_folded"] >= 1
+    DeadCodeEliminationPass().run(model, PassContext())
+    assert _ops(model) == ["Reshape"]
+    target = model.graph.nodes[0].inputs[1].const.numpy().tolist()
+    assert target == [0, 3200]
+    _same_outputs(original, model, {"x": np.random.default_rng(0).standard_normal((3, 80, 40)).astype(np.float32)})
+
+
+def test_lstm_output_dims_are_known(tmp_path):
+    """Shape of an LSTM's Y: [seq, dirs, batch, hidden], so dims 0, 1 and 3 fold."""
+    rng = np.random.default_rng(0)
+    h = 8
+    nodes = [helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=h),
+             helper.make_node("Shape", ["y"], ["s"]),
+             helper.make_node("Gather", ["s", "i3"], ["hid"], axis=0),
+             helper.make_node("Cast", ["hid"], ["out"], to=TP.INT64)]
+    path = save_model(tmp_path, "lstm", nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [5, "B", 4])],
+                      [helper.make_tensor_value_info("out", TP.INT64, [])],
+                      [numpy_helper.from_array(rng.standard_normal((1, 4 * h, 4)).astype(np.float32), "w"),
+                       numpy_helper.from_array(rng.standard_normal((1, 4 * h, h)).astype(np.float32), "r"),
+                       _i64("i3", 3)])
+    model = load_onnx(path).model
+    r = _run(FoldShapeValuesPass(), model)
+    assert r.modified
+    cast = next(n for n in model.graph.nodes if n.op_type == "Cast")
+    assert cast.inputs[0].const is not None and int(cast.inputs[0].const.numpy()) == h
