@@ -22,7 +22,8 @@ def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # no
     steps: list[Pass | Repeat] = [UpgradeOpsetPass(need)] if need else []
     steps += [
         N.ConstantToInitializerPass(),
-        Repeat([N.FoldConstantsPass(), N.IdentityEliminationPass(), N.CommonSubexpressionEliminationPass(),
+        Repeat([N.FoldConstantsPass(), N.SimplifyCastsPass(), N.IdentityEliminationPass(), N.OptimizeTransposesPass(),
+                N.CommonSubexpressionEliminationPass(),
                 N.SimplifyReshapePass(), N.FoldShapeValuesPass(), N.DeadCodeEliminationPass()]),
         SymbolicShapesPass(),   # the passes below match on shapes ONNX's inference leaves unknown
         N.SimplifySoftmaxPass(),

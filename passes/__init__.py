@@ -35,6 +35,8 @@ from .normalize import (
     FuseLayerNormPass,
     IdentityEliminationPass,
     MatMulAddToGemmPass,
+    OptimizeTransposesPass,
+    SimplifyCastsPass,
     SimplifyReshapePass,
     SimplifySoftmaxPass,
 )
@@ -54,6 +56,7 @@ def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
 
 PASSES: dict[str, type[Pass]] = _table(   # in default-pipeline order (`mcp-cli passes` lists them so)
     UpgradeOpsetPass, ConstantToInitializerPass, FoldConstantsPass, FoldShapeValuesPass, IdentityEliminationPass,
+    SimplifyCastsPass, OptimizeTransposesPass,
     CommonSubexpressionEliminationPass, SimplifyReshapePass, DeadCodeEliminationPass, SymbolicShapesPass,
     SimplifySoftmaxPass, FoldBatchNormPass, FoldConvAffinePass, FuseClipPass, FuseHardSwishPass,
     FuseLayerNormPass, FuseGeluPass, MatMulAddToGemmPass, LayoutNhwcPass, DeduplicateWeightsPass,

@@ -14,10 +14,13 @@ from .fuse_hardswish import FuseHardSwishPass
 from .fuse_layernorm import FuseLayerNormPass
 from .identity_elimination import IdentityEliminationPass
 from .matmul_add_to_gemm import MatMulAddToGemmPass
+from .optimize_transposes import OptimizeTransposesPass
+from .simplify_casts import SimplifyCastsPass
 from .simplify_reshape import SimplifyReshapePass
 from .simplify_softmax import SimplifySoftmaxPass
 
 __all__ = ["CommonSubexpressionEliminationPass", "ConstantToInitializerPass", "DeadCodeEliminationPass",
-           "DeduplicateWeightsPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConvAffinePass", "FoldShapeValuesPass",
-           "FuseClipPass", "FuseGeluPass", "FuseHardSwishPass", "FuseLayerNormPass",
-           "IdentityEliminationPass", "MatMulAddToGemmPass", "SimplifyReshapePass", "SimplifySoftmaxPass"]
+           "DeduplicateWeightsPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConvAffinePass",
+           "FoldShapeValuesPass", "FuseClipPass", "FuseGeluPass", "FuseHardSwishPass", "FuseLayerNormPass",
+           "IdentityEliminationPass", "MatMulAddToGemmPass", "OptimizeTransposesPass", "SimplifyCastsPass",
+           "SimplifyReshapePass", "SimplifySoftmaxPass"]
