@@ -82,6 +82,9 @@ def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
     clock.lap("passes")
     report = _report(input, output, model, fmt, warnings, records, options)
     report.input_weight_bytes = weights_in
+    if report.weight_bytes > weights_in:
+        report.warnings.append(f"the weights grew from {weights_in} to {report.weight_bytes} bytes "
+                               "(constant folding materialized generated tensors: --fold-size-limit)")
     if options.quantize is not None:
         _check_quantization(input, fmt, model, samples, options, report)
         clock.lap("accuracy")

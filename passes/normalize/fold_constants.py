@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import AttrType, Graph, Model, Node, Tensor, TensorType
+from mcp_compiler.ir import AttrType, DataType, Graph, Model, Node, Tensor, TensorType
 
 from .._infra import ALL, Pass, PassContext, PassResult, Property
 
@@ -20,7 +20,9 @@ class FoldConstantsPass(Pass):
     so folded values are the ones it would compute). Not applied to random ops, nodes with
     subgraphs, non-default domains, values that are graph outputs, results of a dtype numpy cannot
     hold, or results larger than `ctx.fold_size_limit` bytes and larger than their inputs (folding
-    never blows up the weights). If onnxruntime cannot evaluate the set, nothing is folded and the
+    never blows up the weights); and not to compressed weights' own decompression
+    (DequantizeLinear of int8/int4/float8 weights, a Cast of float16/int8 weights to a wider
+    float): the model's weights never get bigger than the input's. If onnxruntime cannot evaluate the set, nothing is folded and the
     stats say so.
     """
 
@@ -44,7 +46,7 @@ class FoldConstantsPass(Pass):
                 known.update(id(o) for o in n.outputs)
                 continue
             ins = [v for v in n.inputs if v is not None]
-            if ins and all(id(v) in known for v in ins) and n.op_type != "Constant":
+            if ins and all(id(v) in known for v in ins) and n.op_type != "Constant" and not _expands_weights(n):
                 fold.append(n)
                 known.update(id(o) for o in n.outputs)
         if not fold:
@@ -84,6 +86,23 @@ class FoldConstantsPass(Pass):
                 dead.append(n)
         g.remove_nodes(dead)
         return PassResult(model, replaced > 0, {"nodes_folded": len(dead), "values_replaced": replaced})
+
+
+# What a compressed weight reads through: folding these would store the weight expanded.
+_WIDER_FLOAT = {DataType.FLOAT, DataType.DOUBLE, DataType.FLOAT16, DataType.BFLOAT16}
+
+
+def _expands_weights(n: Node) -> bool:
+    """DequantizeLinear of a constant, or a Cast of a constant to a wider float type (int8 or
+    float16 weights stored compressed, widened at run time): folding them makes the model's
+    weights bigger than the input's, so the quantized-weight pattern stays as it is."""
+    if n.op_type in ("DequantizeLinear", "DynamicQuantizeLinear"):
+        return True
+    if n.op_type != "Cast" or not n.inputs or n.inputs[0] is None or n.inputs[0].const is None:
+        return False
+    src = getattr(n.inputs[0].const, "dtype", None)
+    to = DataType(n.attributes["to"].value) if "to" in n.attributes else None
+    return src is not None and to in _WIDER_FLOAT and 0 < DataType(src).bits < to.bits
 
 
 def _orphan(v, producer: Node, index: int):  # noqa: ANN001, ANN202

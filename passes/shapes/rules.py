@@ -18,7 +18,7 @@ from mcp_compiler.ir.dims import Dim
 from . import algebra as A
 
 Shape = tuple[Dim, ...]
-BIG = 1 << 30   # Slice ends at or above this mean "to the end"
+BIG = 1 << 29   # Slice ends at or above this mean "to the end": past any real dim (INT_MAX, 1e9 from tf2onnx)
 
 
 class Site:
