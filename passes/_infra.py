@@ -73,7 +73,7 @@ class PassContext:
     verify_each: bool = False
     disabled: set[str] = field(default_factory=set)
     target: Any = None
-    fold_size_limit: int = 1 << 20   # bytes: constant folding never makes a tensor larger
+    fold_size_limit: int | None = None   # bytes a folded tensor may reach (None: no net growth of the weights)
     quantize: Any = None             # passes.quantize.QuantizeOptions for the quantize-* passes
     calibration: list[dict] | None = None   # input samples (name -> array) for activation ranges
     min_opset: int | None = None     # upgrade-opset: the ai.onnx opset to raise the model to

@@ -51,6 +51,15 @@ def new_constant(g: Graph, names: set[str], base: str, array: np.ndarray) -> Val
     return v
 
 
+_SWEEP_NAMES: dict[int, set[str]] = {}   # the graph being swept by a rule pass -> its names
+
+
+def names_of(g: Graph) -> set[str]:
+    """value_names(g), computed once per rule-pass sweep (new_constant keeps it current)."""
+    names = _SWEEP_NAMES.get(id(g))
+    return names if names is not None else value_names(g)
+
+
 def value_names(g: Graph) -> set[str]:
     names = {v.name for v in g.inputs} | set(g.initializers)
     for n in g.nodes:

@@ -90,6 +90,16 @@ class RuleSetPass(Pass):
         outputs = {id(v) for v in g.outputs}
         splice = R.Splice(g)
         done = []
+        R._SWEEP_NAMES[id(g)] = R.value_names(g)
+        try:
+            self._sweep_nodes(model, g, rules, misses, outputs, splice, done)
+        finally:
+            del R._SWEEP_NAMES[id(g)]
+        splice.apply()
+        return done
+
+    def _sweep_nodes(self, model: Model, g: Graph, rules: list[Rule], misses: list[dict], outputs: set[int],
+                     splice: R.Splice, done: list[str]) -> None:
         for root in (reversed(g.nodes) if self.reverse else list(g.nodes)):
             why = []
             for rule in rules:
@@ -112,8 +122,6 @@ class RuleSetPass(Pass):
                 break
             if why:
                 misses.append({"node": root.name or root.outputs[0].name, "op": root.op_type, "why": why})
-        splice.apply()
-        return done
 
     def broken_claims(self, model: Model, ctx: PassContext) -> list[str]:
         return super().broken_claims(model, ctx) + self.remaining(model)

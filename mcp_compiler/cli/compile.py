@@ -52,8 +52,8 @@ ExplainOpt = _opt(None, "--explain-pass", panel=PIPE, metavar="NAME",
 OpsetOpt = _opt(None, "--opset", panel=PIPE, help="Raise the model's ai.onnx opset to this first (onnx version "
                 "converter); fusions then use the newer ops: HardSwish 14, LayerNormalization 17, Gelu 20.")
 FoldOpt = _opt(None, "--fold-size-limit", panel=PIPE, metavar="MB",
-               help="Constant folding may produce tensors up to this size (default 1 MB; larger only when "
-                    "not larger than the inputs). Raise it to materialize generated weights.")
+               help="Constant folding may store results up to this size (default: only where the constants "
+                    "they are made from go, so the weights never grow). Give it to materialize generated weights.")
 LayoutOpt = _opt("nchw", "--layout", panel=PIPE, metavar="nchw|nhwc",
                  help="nhwc: 4-D image inputs (and image outputs) become channels-last [N, H, W, C]; "
                       "transposes inside move and cancel.")

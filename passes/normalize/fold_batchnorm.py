@@ -45,7 +45,7 @@ def _check(m: Match, model: Model) -> str | None:
 def _fold(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
     p = m.node("p")
     new_w, new_b = _params(m)
-    names, base = R.value_names(g), m["w"].name
+    names, base = R.names_of(g), m["w"].name
     w = R.new_constant(g, names, f"{base}_bn", new_w)
     b = R.new_constant(g, names, f"{base}_bn_bias", new_b)
     return [Node(p.op_type, [m["x"], w, b], [y], name=p.name, attributes=list(p.attributes.values()))]

@@ -19,8 +19,10 @@ class FoldConstantsPass(Pass):
     All foldable nodes are evaluated in one onnxruntime session (the runtime the target runs on,
     so folded values are the ones it would compute). Not applied to random ops, nodes with
     subgraphs, non-default domains, values that are graph outputs, results of a dtype numpy cannot
-    hold, or results larger than `ctx.fold_size_limit` bytes and larger than their inputs (folding
-    never blows up the weights); and not to compressed weights' own decompression
+    hold, or results bigger than the constants they replace (a result of more than 64 bytes is
+    stored only where the constants it is made from go with it: the weights never grow; a model
+    that generates its weights with ConstantOfShape or Tile keeps generating them unless
+    --fold-size-limit MB lets results up to that size be stored); and not to compressed weights' own decompression
     (DequantizeLinear of int8/int4/float8 weights, a Cast of float16/int8 weights to a wider
     float): the model's weights never get bigger than the input's. If onnxruntime cannot evaluate the set, nothing is folded and the
     stats say so.
@@ -64,9 +66,7 @@ class FoldConstantsPass(Pass):
             if arr.dtype.type.__module__ != "numpy" or arr.dtype == object:
                 continue
             producer = v.producer
-            in_bytes = sum(x.const.nbytes for x in producer.inputs if x is not None and x.const is not None) \
-                if producer is not None else 0
-            if arr.nbytes > ctx.fold_size_limit and arr.nbytes > in_bytes:
+            if not _fits(arr.nbytes, producer, folded_ids, ctx.fold_size_limit):
                 continue
             uses = list(v.uses)
             v.uses.clear()
@@ -86,6 +86,21 @@ class FoldConstantsPass(Pass):
                 dead.append(n)
         g.remove_nodes(dead)
         return PassResult(model, replaced > 0, {"nodes_folded": len(dead), "values_replaced": replaced})
+
+
+SMALL = 64   # bytes: shape-like results fold whatever their inputs
+
+
+def _fits(nbytes: int, producer: Node | None, folded: set[int], limit: int | None) -> bool:
+    """Whether a folded result of `nbytes` may be stored: by default only where the constants it
+    is made from go with it (used by folded nodes alone), so the weights never grow; with
+    --fold-size-limit, any result up to that size (or not larger than its inputs)."""
+    ins = [x for x in (producer.inputs if producer is not None else ()) if x is not None and x.const is not None]
+    in_bytes = sum(x.const.nbytes for x in ins)
+    if limit is not None:
+        return nbytes <= limit or nbytes <= in_bytes
+    freed = sum(x.const.nbytes for x in ins if all(id(u) in folded for u, _ in x.uses))
+    return nbytes <= max(SMALL, freed)
 
 
 # What a compressed weight reads through: folding these would store the weight expanded.

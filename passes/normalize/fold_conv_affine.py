@@ -42,7 +42,7 @@ def _check(m: Match, model: Model) -> str | None:
 def _fold(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
     conv, vec, w = m.node("conv"), _vector(m), R.const(m["w"])
     bias = _bias(conv, w).reshape(-1)
-    names, base = R.value_names(g), m["w"].name
+    names, base = R.names_of(g), m["w"].name
     weight = m["w"]
     if m.node("op").op_type == "Mul":
         scaled = (w * vec.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32)

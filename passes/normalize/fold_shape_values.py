@@ -33,6 +33,8 @@ class FoldShapeValuesPass(Pass):
         from ..shapes.symbolic_shapes import Inference, _symbols
 
         g = model.graph
+        if not any(n.op_type in ("Shape", "Size") and n.is_onnx() for n in g.nodes):
+            return PassResult(model, False, {"values_folded": 0, "reshape_targets": 0})   # nothing computes shapes
         inf = Inference(g, model.onnx_opset, taken=_symbols(model))
         inf.run()
         outputs = {id(v) for v in g.outputs}

@@ -55,7 +55,7 @@ RMSNORM = _over(X, Op("Sqrt", Op("Add", _mean(_square(X)), Const(name="eps"))))
 def _fused(op: str):  # noqa: ANN202
     def replace(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
         x, c = m["x"], R.shape(m["x"])[-1]
-        scale = m.bound.get("Mul") or R.new_constant(g, R.value_names(g), f"{y.name}_scale", np.ones(c, np.float32))
+        scale = m.bound.get("Mul") or R.new_constant(g, R.names_of(g), f"{y.name}_scale", np.ones(c, np.float32))
         inputs = [x, scale] + ([m.bound["Add"]] if "Add" in m.bound else [])
         return [Node(op, inputs, [y], name=m.nodes[-1].name or y.name,
                      attributes=[Attribute("axis", AttrType.INT, -1), Attribute("epsilon", AttrType.FLOAT, m.scalar("eps"))])]
