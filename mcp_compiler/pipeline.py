@@ -22,9 +22,9 @@ def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # no
     steps: list[Pass | Repeat] = [UpgradeOpsetPass(need)] if need else []
     steps += [
         N.ConstantToInitializerPass(),
-        Repeat([N.FoldConstantsPass(), N.SimplifyCastsPass(), N.IdentityEliminationPass(), N.OptimizeTransposesPass(),
-                N.CommonSubexpressionEliminationPass(),
-                N.SimplifyReshapePass(), N.FoldShapeValuesPass(), N.DeadCodeEliminationPass()]),
+        Repeat([N.FoldConstantsPass(), N.InlineConstantIfPass(), N.SimplifyCastsPass(), N.IdentityEliminationPass(),
+                N.OptimizeTransposesPass(), N.CommonSubexpressionEliminationPass(), N.SimplifyReshapePass(),
+                N.FoldShapeValuesPass(), N.DeadCodeEliminationPass()]),
         SymbolicShapesPass(),   # the passes below match on shapes ONNX's inference leaves unknown
         N.SimplifySoftmaxPass(),
         # fusions: change values by float32 rounding only (see each pass's docstring)

@@ -34,6 +34,7 @@ from .normalize import (
     FuseHardSwishPass,
     FuseLayerNormPass,
     IdentityEliminationPass,
+    InlineConstantIfPass,
     MatMulAddToGemmPass,
     OptimizeTransposesPass,
     SimplifyCastsPass,
@@ -55,7 +56,7 @@ def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
 
 
 PASSES: dict[str, type[Pass]] = _table(   # in default-pipeline order (`mcp-cli passes` lists them so)
-    UpgradeOpsetPass, ConstantToInitializerPass, FoldConstantsPass, FoldShapeValuesPass, IdentityEliminationPass,
+    UpgradeOpsetPass, ConstantToInitializerPass, FoldConstantsPass, FoldShapeValuesPass, InlineConstantIfPass, IdentityEliminationPass,
     SimplifyCastsPass, OptimizeTransposesPass,
     CommonSubexpressionEliminationPass, SimplifyReshapePass, DeadCodeEliminationPass, SymbolicShapesPass,
     SimplifySoftmaxPass, FoldBatchNormPass, FoldConvAffinePass, FuseClipPass, FuseHardSwishPass,

@@ -13,6 +13,7 @@ from .fuse_gelu import FuseGeluPass
 from .fuse_hardswish import FuseHardSwishPass
 from .fuse_layernorm import FuseLayerNormPass
 from .identity_elimination import IdentityEliminationPass
+from .inline_constant_if import InlineConstantIfPass
 from .matmul_add_to_gemm import MatMulAddToGemmPass
 from .optimize_transposes import OptimizeTransposesPass
 from .simplify_casts import SimplifyCastsPass
@@ -22,5 +23,5 @@ from .simplify_softmax import SimplifySoftmaxPass
 __all__ = ["CommonSubexpressionEliminationPass", "ConstantToInitializerPass", "DeadCodeEliminationPass",
            "DeduplicateWeightsPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConvAffinePass",
            "FoldShapeValuesPass", "FuseClipPass", "FuseGeluPass", "FuseHardSwishPass", "FuseLayerNormPass",
-           "IdentityEliminationPass", "MatMulAddToGemmPass", "OptimizeTransposesPass", "SimplifyCastsPass",
+           "IdentityEliminationPass", "InlineConstantIfPass", "MatMulAddToGemmPass", "OptimizeTransposesPass", "SimplifyCastsPass",
            "SimplifyReshapePass", "SimplifySoftmaxPass"]

@@ -1,0 +1,82 @@
+"""An If whose condition is a constant becomes the branch it takes."""
+
+from __future__ import annotations
+
+from mcp_compiler.ir import Graph, Model, Node, Value
+
+from .. import _rewrite as R
+from .._infra import REWRITES, Pass, PassContext, PassResult
+
+
+class InlineConstantIfPass(Pass):
+    """Rule: If(c) with c a constant -> the nodes of then_branch (c true) or else_branch, in the
+    If's place; the If's results are the branch's results. PyTorch writes such Ifs for a squeeze
+    of a dim that may be 1 (`If(Shape(x)[d] == 1, Squeeze, Identity)`): once fold-shape-values
+    and fold-constants know the dim, the condition is a constant. Exact: the branch the runtime
+    would take. Names stay unique (ONNX forbids a subgraph to shadow an outer name; clashes get
+    a suffix anyway).
+    """
+
+    name = "inline-constant-if"
+    requires = frozenset()
+    establishes = frozenset()
+    preserves = REWRITES
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        inlined = 0
+        for g in list(model.graph.graphs()):
+            names = None
+            for n in [n for n in g.nodes if n.is_onnx("If")]:
+                branch = _taken(n)
+                if branch is None or len(branch.outputs) != len(n.outputs) or branch.inputs:
+                    continue
+                names = names if names is not None else R.value_names(g)
+                _inline(g, n, branch, names)
+                inlined += 1
+        return PassResult(model, inlined > 0, {"ifs_inlined": inlined})
+
+
+def _taken(n: Node) -> Graph | None:
+    c = n.inputs[0] if n.inputs else None
+    a = R.const(c)
+    if a is None or a.size != 1:
+        return None
+    attr = n.attributes.get("then_branch" if bool(a.reshape(-1)[0]) else "else_branch")
+    return attr.value if attr is not None and isinstance(attr.value, Graph) else None
+
+
+def _inline(g: Graph, n: Node, branch: Graph, names: set[str]) -> None:
+    outputs = {id(v) for v in g.outputs}
+    for v in list(branch.initializers.values()):
+        v.name = R.fresh_name(names, v.name)
+        g.initializers[v.name] = v
+    for m in branch.nodes:
+        for o in m.outputs:
+            if o.name and o.name in names:
+                o.name = R.fresh_name(names, o.name)
+            names.add(o.name)
+    at = g.nodes.index(n)
+    g.nodes[at:at] = branch.nodes
+    extra = []
+    for y, b in zip(n.outputs, branch.outputs):
+        if id(y) not in outputs:
+            y.replace_all_uses_with(b)
+            continue
+        # a graph output keeps its value: the branch's node makes it, or an Identity copies it
+        p = b.producer
+        if p is not None and any(o is b for o in p.outputs) and id(b) not in outputs:
+            b.replace_all_uses_with(y)
+            i = next(i for i, o in enumerate(p.outputs) if o is b)
+            y.producer, y.output_index = None, -1
+            p.outputs[i], y.producer, y.output_index = y, p, i
+            b.producer = None
+        else:
+            y.producer = None
+            extra.append(Node("Identity", [b], [y], name=f"{n.name or y.name}_inlined"))
+    n.outputs = [Value(f"{n.name or 'if'}__inlined_{i}") for i in range(len(n.outputs))]
+    for o in n.outputs:
+        o.producer = n
+    n.set_input(0, None)
+    branch.nodes, branch.outputs, branch.initializers = [], [], {}
+    g.nodes[g.nodes.index(n) + 1:g.nodes.index(n) + 1] = extra
+    g.remove_nodes([n])
