@@ -51,6 +51,37 @@ D = Op("Sub", X, _mean(X), name="d")        # named: the same node in both place
 LAYERNORM = _over(D, Op("Sqrt", Op("Add", _mean(_square(D)), Const(name="eps"))))
 RMSNORM = _over(X, Op("Sqrt", Op("Add", _mean(_square(X)), Const(name="eps"))))
 
+# tf2onnx's batch-norm-style lowering of keras LayerNormalization:
+#   s = gamma * Rsqrt(ReduceMean((x - mean)^2) + eps);  y = x * s + (beta - mean * s)
+MEAN = Op("ReduceMean", X, name="mean", where=_over_last_axis, more_inputs=True)
+_VAR_EPS = Op("Add", _mean(_square(Op("Sub", X, MEAN, name="d"))), Const(name="eps"), name="ve")
+
+
+def _rsqrt(name: str | None) -> Or:
+    return Or(Op("Reciprocal", Op("Sqrt", _VAR_EPS), name=name), Op("Pow", _VAR_EPS, Const(-0.5), name=name),
+              Op("Div", Const(1.0), Op("Sqrt", _VAR_EPS), name=name))
+
+
+SCALE = Or(Op("Mul", _rsqrt(None), Var("gamma"), name="s"), _rsqrt("s"))
+TF_LAYERNORM = Op("Add", Op("Mul", X, SCALE), Op("Sub", Var("beta"), Op("Mul", MEAN, SCALE)))
+
+
+def _tf_check(m: Match, model: Model) -> str | None:
+    c = R.shape(m["x"])[-1]
+    for k in ("gamma", "beta"):
+        if k in m.bound:
+            a = R.const(m[k])
+            if a is None or a.dtype != np.float32 or a.shape != (c,):
+                return f"{k} is not a float32 constant of shape [{c}]"
+    return broadcasts_like_x(m, model)
+
+
+def _tf_fused(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+    c = R.shape(m["x"])[-1]
+    gamma = m.bound.get("gamma") or R.new_constant(g, R.names_of(g), f"{y.name}_scale", np.ones(c, np.float32))
+    return [Node("LayerNormalization", [m["x"], gamma, m["beta"]], [y], name=m.nodes[-1].name or y.name,
+                 attributes=[Attribute("axis", AttrType.INT, -1), Attribute("epsilon", AttrType.FLOAT, m.scalar("eps"))])]
+
 
 def _fused(op: str):  # noqa: ANN202
     def replace(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
@@ -95,6 +126,11 @@ class FuseLayerNormPass(RuleSetPass):
         x / Sqrt(ReduceMean(x^2) + eps) [* gamma]           -> RMSNormalization(x, gamma or 1,
                                                                axis=-1, epsilon=eps)    (opset 23+)
 
+        x * s + (beta - mean * s), s = [gamma *] Rsqrt(ReduceMean((x - mean)^2) + eps)
+                                                            -> LayerNormalization(x, gamma or 1, beta)
+                                                               (tf2onnx's lowering of keras' layer norm;
+                                                               Rsqrt as Reciprocal(Sqrt), Pow(., -0.5), 1 / Sqrt)
+
     with Pow(v, 2) or v * v for v^2, and a * Reciprocal(b) for a / b; gamma and beta float32
     constants of shape [C]. Where the model's opset lacks the op (--opset raises it) the rule
     is left out. The fused kernels compute the same mean and variance in float32 in another
@@ -108,7 +144,8 @@ class FuseLayerNormPass(RuleSetPass):
 
     rounds = ((Rule("LayerNormalization", LAYERNORM, _fused("LayerNormalization"), broadcasts_like_x, 17,
                     _affine(("Mul", "Add"))),
-               Rule("RMSNormalization", RMSNORM, _fused("RMSNormalization"), broadcasts_like_x, 23, _affine(("Mul",)))),)
+               Rule("RMSNormalization", RMSNORM, _fused("RMSNormalization"), broadcasts_like_x, 23, _affine(("Mul",))),
+               Rule("LayerNormalization", TF_LAYERNORM, _tf_fused, _tf_check, 17)),)
 
     def not_applicable(self, model: Model) -> str | None:
         opset = model.onnx_opset

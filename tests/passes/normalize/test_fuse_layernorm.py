@@ -97,3 +97,31 @@ def test_layernorm_not_fused_when_the_mean_is_not_over_the_last_axis(tmp_path):
               [helper.make_tensor_value_info("y", TP.FLOAT, [2, 16, 16])], inits)
     model, r = _run(FuseLayerNormPass(), m, tmp_path, {"x": rng.standard_normal((2, 16, 16)).astype(np.float32)})
     assert not r.modified and "LayerNormalization" not in _ops(model)
+
+
+@pytest.mark.parametrize("rsqrt", ["reciprocal", "pow"])
+def test_tf2onnx_layernorm(tmp_path, rsqrt):
+    """tf2onnx's keras LayerNormalization: s = gamma * Rsqrt(var + eps); y = x * s + (beta - mean * s)."""
+    from mcp_compiler.passes.normalize import FuseLayerNormPass
+
+    c = 16
+    ax = numpy_helper.from_array(np.array([-1], np.int64), "ax")
+    nodes = [helper.make_node("ReduceMean", ["x", "ax"], ["mean"], keepdims=1),
+             helper.make_node("Sub", ["x", "mean"], ["d"]), helper.make_node("Mul", ["d", "d"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq", "ax"], ["var"], keepdims=1),
+             helper.make_node("Add", ["var", "eps"], ["ve"])]
+    if rsqrt == "pow":
+        nodes += [helper.make_node("Pow", ["ve", "mhalf"], ["r"])]
+    else:
+        nodes += [helper.make_node("Sqrt", ["ve"], ["sd"]), helper.make_node("Reciprocal", ["sd"], ["r"])]
+    nodes += [helper.make_node("Mul", ["r", "gamma"], ["s"]), helper.make_node("Mul", ["x", "s"], ["xs"]),
+              helper.make_node("Mul", ["mean", "s"], ["ms"]), helper.make_node("Sub", ["beta", "ms"], ["b2"]),
+              helper.make_node("Add", ["xs", "b2"], ["y"])]
+    f = lambda v, n: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 7, c])],
+              [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 7, c])],
+              [ax, f(1e-3, "eps"), f(-0.5, "mhalf"), f(rng.standard_normal(c) + 1, "gamma"), f(rng.standard_normal(c), "beta")],
+              opset=18)
+    model, r = _run(FuseLayerNormPass(), m, tmp_path, {"x": rng.standard_normal((3, 7, c)).astype(np.float32)},
+                    rtol=1e-4, atol=1e-5)
+    assert r.modified and _ops(model) == ["LayerNormalization"]
