@@ -8,6 +8,13 @@ from mcp_compiler.ir import DataType, Graph, Node, Tensor, TensorType, Value
 from mcp_compiler.ir.graph import unlink
 
 
+def c_order(a: np.ndarray) -> np.ndarray:
+    """`a` in C order, keeping its shape: np.ascontiguousarray turns a 0-d array into shape (1,),
+    which would make a scalar constant a 1-element vector (and change ranks downstream)."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
 def const(v: Value | None) -> np.ndarray | None:
     """The value's constant as a numpy array (dense tensors of numpy dtypes), else None."""
     if v is None or not isinstance(v.const, Tensor) or v.const.string_data is not None:
@@ -46,7 +53,7 @@ def fresh_name(names: set[str], base: str) -> str:
 def new_constant(g: Graph, names: set[str], base: str, array: np.ndarray) -> Value:
     """A fresh initializer of g holding `array`; `names` (from value_names) holds the taken ones."""
     name = fresh_name(names, base)
-    v = Value(name, const=Tensor.from_numpy(name, np.ascontiguousarray(array)))
+    v = Value(name, const=Tensor.from_numpy(name, c_order(array)))
     g.initializers[name] = v
     return v
 

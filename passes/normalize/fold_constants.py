@@ -6,6 +6,7 @@ import numpy as np
 
 from mcp_compiler.ir import AttrType, DataType, Graph, Model, Node, Tensor, TensorType
 
+from .. import _rewrite as R
 from .._infra import ALL, Pass, PassContext, PassResult, Property
 
 _NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
@@ -70,7 +71,7 @@ class FoldConstantsPass(Pass):
                 continue
             uses = list(v.uses)
             v.uses.clear()
-            v.const = Tensor.from_numpy(v.name, np.ascontiguousarray(arr))
+            v.const = Tensor.from_numpy(v.name, R.c_order(arr))   # a scalar stays a scalar
             v.uses.extend(uses)
             # The value is now a constant: its producer no longer defines it.
             if producer is not None:

@@ -127,5 +127,5 @@ class _Sweep:
             return False   # a shared constant would be copied: the weights would grow
         full = a.reshape((1,) * (len(perm) - a.ndim) + a.shape)
         inverse = [perm.index(i) for i in range(len(perm))]
-        n.set_input(j, R.new_constant(self.g, self._names(), f"{v.name}__t", np.ascontiguousarray(np.transpose(full, inverse))))
+        n.set_input(j, R.new_constant(self.g, self._names(), f"{v.name}__t", np.transpose(full, inverse)))
         return True

@@ -39,3 +39,21 @@ def test_fold_constants(tmp_path):
     np.testing.assert_array_equal(want[0], got[0])
     np.testing.assert_array_equal(want[1], got[1])
     assert not _run(FoldConstantsPass(), model).modified
+
+
+def test_a_folded_scalar_stays_a_scalar(tmp_path):
+    """Gather of a constant at a scalar index is a scalar: folded, it keeps rank 0 (np.ascontiguousarray
+    would make it a [1] vector, and a later Unsqueeze 2-D)."""
+    from mcp_compiler.passes.normalize import FoldConstantsPass
+
+    nodes = [helper.make_node("Gather", ["c", "i"], ["s"], axis=0), helper.make_node("Mul", ["x", "s"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                          [numpy_helper.from_array(np.array([4, 6, 8], np.float32), "c"),
+                           numpy_helper.from_array(np.array(1, np.int64), "i")])
+    original, model = _load(tmp_path, g)
+    _run(FoldConstantsPass(), model)
+    assert model.graph.initializers["s"].const.dims == ()
+    assert _ops(model) == ["Mul"]
+    for a, b in zip(ort_run(original, {"x": X}), ort_run(to_onnx(model), {"x": X})):
+        np.testing.assert_array_equal(b, a)

@@ -33,5 +33,5 @@ def test_cast_chains(tmp_path, src, mid, dst, ops):
     IdentityEliminationPass().run(model, PassContext())
     assert _ops(model) == ["Neg", *ops]
     dtype = onnx.helper.tensor_dtype_to_np_dtype(src)
-    x = (np.random.default_rng(0).standard_normal((3, 5)) * 1e5).astype(dtype)
+    x = np.clip(np.random.default_rng(0).standard_normal((3, 5)) * 1e5, -6e4, 6e4).astype(dtype)   # within float16
     _same_outputs(original, model, {"x": x})
