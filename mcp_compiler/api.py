@@ -121,9 +121,10 @@ def _output_target(options: CompileOptions, output) -> CompileOptions:  # noqa: 
     """`-o out.onnx` without --target: the ONNX output (the `onnx` target)."""
     from dataclasses import replace
 
-    if options.target.name is None and output is not None and Path(output).suffix == ".onnx":
-        return replace(options, target=replace(options.target, name="onnx"))
-    return options
+    from .options import target_for
+
+    name = target_for(options.target.name, output)
+    return options if name == options.target.name else replace(options, target=replace(options.target, name=name))
 
 
 def _target(options: CompileOptions):  # noqa: ANN202 - targets.Target or None

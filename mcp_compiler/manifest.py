@@ -192,15 +192,12 @@ def _manifest(path: Path, root: Any, c: _Checker) -> Manifest:
 
 
 def _check_serving(c: _Checker, node: Any, value: dict, what: str, target) -> None:  # noqa: ANN001
-    kinds = target.option_types
     for k, v in value.items():
-        if k not in kinds:
-            raise c.fail(node, f"unknown key {k!r} in {what} (known: {', '.join(kinds)})")
-        want = kinds[k]
-        if k == "dynamic_batch" and v is None:
-            continue
-        if not isinstance(v, want) or (want is int and isinstance(v, bool)):
-            raise c.fail(node, f"{what}.{k} must be a {want.__name__}, got {v!r}")
+        if k not in target.option_types:
+            raise c.fail(node, f"unknown key {k!r} in {what} (known: {', '.join(target.option_types)})")
+        err = target.type_error(k, v)
+        if err:
+            raise c.fail(node, f"{what}.{k} {err}")
 
 
 def _source(c: _Checker, node: Any, base: Path, name: str) -> Source:

@@ -149,8 +149,8 @@ def _newest_opset() -> int:
     return onnx.defs.onnx_opset_version()
 
 
-def read_output(output: str | Path | None, target_name: str | None) -> Path | None:
-    """`-o ""` is a mistake typer would read as the current folder."""
-    if output == "":
-        raise UsageError("--output: empty path")
-    return None if output is None else Path(output)
+def target_for(target: str | None, output: str | Path | None) -> str | None:
+    """The target a conversion emits for: --target, or `onnx` for `-o out.onnx`."""
+    if target is None and output is not None and Path(output).suffix == ".onnx":
+        return "onnx"
+    return target

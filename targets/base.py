@@ -51,6 +51,8 @@ class Target(abc.ABC):
     description: ClassVar[str]
     # The settings a build file or a zoo manifest may give this target, key -> type.
     option_types: ClassVar[Mapping[str, type]] = {}
+    # Settings whose value may be null in a build file or manifest.
+    nullable_options: ClassVar[frozenset[str]] = frozenset()
     # None: the output is a folder (a repository); else a file with this suffix
     output_suffix: ClassVar[str | None] = None
 
@@ -74,6 +76,38 @@ class Target(abc.ABC):
 
             raise UsageError(f"target {self.name} has no setting {given[0]!r}")
         return ParsedOptions(None)
+
+    def type_error(self, key: str, value: Any) -> str | None:
+        """Why `value` is not a valid value of setting `key` (a known key), or None."""
+        want = self.option_types[key]
+        if value is None and key in self.nullable_options:
+            return None
+        if isinstance(value, want) and not (want is int and isinstance(value, bool)):
+            return None
+        return f"must be a {want.__name__}, got {value!r}"
+
+    def load_build_file(self, path: Path) -> dict[str, Any]:
+        """The settings of a YAML build file (mcp.yaml, --config): a mapping of the target's
+        option keys; an unknown key or a value of the wrong type is a UsageError naming its line."""
+        from mcp_compiler.errors import UsageError
+        from mcp_compiler.files import parse_yaml, read_config
+
+        text = read_config(path, "--config")
+        data = parse_yaml(text, f"--config {path}")
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise UsageError(f"--config {path}: expected a mapping of settings at the top")
+        lines = {k: i + 1 for i, ln in enumerate(text.splitlines())
+                 for k in [ln.split(":", 1)[0].strip()] if ":" in ln}
+        for key, value in data.items():
+            if key not in self.option_types:
+                raise UsageError(f"--config {path} line {lines.get(key, '?')}: unknown key {key!r} "
+                                 f"(known: {', '.join(self.option_types)})")
+            err = self.type_error(key, value)
+            if err:
+                raise UsageError(f"--config {path} line {lines.get(key, '?')}: {key} {err}")
+        return data
 
     def entry_name(self, stem: str) -> str:
         """The default name of the entry for a model file called `stem`."""

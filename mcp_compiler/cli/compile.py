@@ -226,10 +226,9 @@ def compile_options(f: dict[str, Any]):  # noqa: ANN201 - options.CompileOptions
 
 
 def _target_name(f: dict[str, Any]) -> str | None:
-    """--target, or `onnx` for `-o out.onnx`."""
-    if f["target"] is None and f["output"] and str(f["output"]).lower().endswith(".onnx"):
-        return "onnx"
-    return f["target"]
+    from mcp_compiler.options import target_for
+
+    return target_for(f["target"], f["output"] or None)
 
 
 def _str(v: Any) -> str | None:

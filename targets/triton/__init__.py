@@ -23,6 +23,7 @@ class TritonTarget(Target):
     description: ClassVar[str] = ("Triton Inference Server model repository: python backend "
                                   "(MCP-IR + bundled runtime on onnxruntime) or onnxruntime backend")
     option_types: ClassVar[Mapping[str, type]] = OPTION_TYPES
+    nullable_options: ClassVar[frozenset[str]] = frozenset({"dynamic_batch"})   # null: decide from the model
 
     # Operator domains the onnxruntime CPU build has kernels in (besides model-local functions).
     domains: ClassVar[frozenset[str]] = frozenset({
@@ -60,11 +61,6 @@ class TritonTarget(Target):
         level = quantization_level(build_file, dict(flags), source)
         return ParsedOptions(resolve(build_file, dict(flags), source),
                              {"quantize": level} if level is not None else {})
-
-    def load_build_file(self, path: Path) -> dict[str, Any]:
-        from .params import load_build_file
-
-        return load_build_file(path)
 
     def entry_name(self, stem: str) -> str:
         from .names import sanitize_name

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, Callable
 
 from mcp_compiler.errors import UsageError
@@ -67,35 +66,6 @@ OPTION_TYPES: dict[str, type] = {**{k: int for k in _FIELDS}, "dynamic_batch": b
 # The flag that sets each key on `convert`.
 FLAGS = {k: "--" + k.replace("_", "-") for k in OPTION_TYPES}
 FLAGS.update(model_warmup="--warmup", quantization_level="--quantize")
-
-
-def load_build_file(path: Path) -> dict[str, Any]:
-    """The `serving:` keys of a YAML build file (mcp.yaml); unknown keys are errors."""
-    from mcp_compiler.files import parse_yaml, read_config
-
-    text = read_config(path, "--config")
-    data = parse_yaml(text, f"--config {path}")
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UsageError(f"--config {path}: expected a mapping of settings at the top")
-    lines = {k: i + 1 for i, ln in enumerate(text.splitlines())
-             for k in [ln.split(":", 1)[0].strip()] if ":" in ln}
-    for key, value in data.items():
-        if key not in OPTION_TYPES:
-            raise UsageError(f"--config {path} line {lines.get(key, '?')}: unknown key {key!r} "
-                             f"(known: {', '.join(OPTION_TYPES)})")
-        _check_type(path, lines.get(key, "?"), key, value)
-    return data
-
-
-def _check_type(path: Path, line: object, key: str, value: Any) -> None:
-    expected = OPTION_TYPES[key]
-    ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
-    if key == "dynamic_batch" and value is None:
-        ok = True
-    if not ok:
-        raise UsageError(f"--config {path} line {line}: {key} must be a {expected.__name__}, got {value!r}")
 
 
 def resolve(build_file: dict[str, Any], flags: dict[str, Any], source: str = "the build file") -> ServingParams:

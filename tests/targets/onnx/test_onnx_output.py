@@ -75,3 +75,15 @@ def test_zoo_emits_onnx(tmp_path):
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["mlp.onnx"]
     onnx.checker.check_model(onnx.load(tmp_path / "out" / "mlp.onnx"))
+
+
+def test_build_file_with_the_onnx_output(tmp_path):
+    """--config reads the target's own settings (an internal error before: only Triton had a loader)."""
+    mlp = GOLDEN / "mlp" / "model.onnx"
+    (tmp_path / "b.yaml").write_text("external_data: true\n")
+    r = runner.invoke(app, ["convert", str(mlp), "-o", str(tmp_path / "m.onnx"), "--config", str(tmp_path / "b.yaml")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "m.onnx.data").exists()
+    (tmp_path / "c.yaml").write_text("max_batch_size: 4\n")
+    r = runner.invoke(app, ["convert", str(mlp), "-o", str(tmp_path / "n.onnx"), "--config", str(tmp_path / "c.yaml")])
+    assert r.exit_code == 2 and "line 1: unknown key 'max_batch_size' (known: external_data)" in r.stderr
