@@ -78,12 +78,12 @@ def plan(model: Model, dims: dict[str, int] | None = None, *, fold: bool = True,
     UsageError. With `fold`, constant subgraphs are folded first (in place: the interface stays
     as it is), so that computed pads and shapes (torch exports build them from Constant, Concat,
     Reshape, Slice chains) become constants inference can read."""
-    from .passes.shapes.symbolic_shapes import Inference, _symbols
+    from .passes.shapes.symbolic_shapes import Inference, model_symbols
 
     if fold:
         _fold(model)
     dims = dict(dims or {})
-    inf = Inference(model.graph, model.onnx_opset, taken=_symbols(model))
+    inf = Inference(model.graph, model.onnx_opset, taken=model_symbols(model))
     inf.run()
     shapes = {v.name: _shape(v, inf.shapes.get(id(v))) for v in interface(model)}
     symbols = list(dict.fromkeys(d for s in shapes.values() for d in s if isinstance(d, str)))

@@ -26,14 +26,14 @@ BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu", "Equal", "Gr
 _SEARCH = 32   # how far (in agnostic ops) an input may be from the op that makes it an image
 
 
-def _perm(n: Node) -> list[int] | None:
+def perm_of(n: Node) -> list[int] | None:
     a = n.attributes.get("perm")
     return list(a.value) if a is not None else None
 
 
-def _is_transpose(n: Node | None, perm: list[int] | None = None) -> bool:
+def is_transpose(n: Node | None, perm: list[int] | None = None) -> bool:
     return (n is not None and n.op_type == "Transpose" and n.is_onnx()
-            and (perm is None or _perm(n) == perm))
+            and (perm is None or perm_of(n) == perm))
 
 
 def _rank4(v: Value) -> bool:
@@ -55,8 +55,8 @@ def _reaches_spatial_down(v: Value) -> bool:
                     return True
                 if n.op_type in UNARY or n.op_type in BINARY:
                     nxt.append((n.outputs[0], perm))
-                elif _is_transpose(n) and _perm(n) is not None and len(_perm(n)) == 4:
-                    nxt.append((n.outputs[0], [perm[p] for p in _perm(n)]))
+                elif is_transpose(n) and perm_of(n) is not None and len(perm_of(n)) == 4:
+                    nxt.append((n.outputs[0], [perm[p] for p in perm_of(n)]))
         if not nxt:
             return False
         frontier = nxt
@@ -112,7 +112,7 @@ class LayoutNhwcPass(Pass):
         for i, x in enumerate(list(g.inputs)):
             if x.const is not None or not _rank4(x):
                 continue
-            if x.uses and all(_is_transpose(n, TO_NCHW) for n, _ in x.uses):
+            if x.uses and all(is_transpose(n, TO_NCHW) for n, _ in x.uses):
                 x.layout = Layout.NHWC
                 x.metadata_props[ORIGINAL_LAYOUT] = "NHWC"   # the original's too: verify feeds it as is
                 already.append(x.name)
@@ -164,16 +164,16 @@ def _optimize(g: Graph, names: set[str]) -> tuple[int, int]:
     """Move transposes down through elementwise ops and merge/cancel the ones that meet."""
     outputs = {id(v) for v in g.outputs}
     moved = cancelled = 0
-    work = [n for n in g.nodes if _is_transpose(n)]
+    work = [n for n in g.nodes if is_transpose(n)]
     dead: list[Node] = []
     while work:
         t = work.pop()
         y = t.outputs[0]
-        if t.inputs[0] is None or id(y) in outputs or len(y.uses) != 1 or _perm(t) is None:
+        if t.inputs[0] is None or id(y) in outputs or len(y.uses) != 1 or perm_of(t) is None:
             continue
         n, index = y.uses[0]
-        if _is_transpose(n) and _perm(n) is not None:
-            composed = [_perm(t)[p] for p in _perm(n)]
+        if is_transpose(n) and perm_of(n) is not None:
+            composed = [perm_of(t)[p] for p in perm_of(n)]
             x = t.inputs[0]
             if composed == sorted(composed) and id(n.outputs[0]) not in outputs:
                 n.outputs[0].replace_all_uses_with(x)
@@ -190,15 +190,15 @@ def _optimize(g: Graph, names: set[str]) -> tuple[int, int]:
             continue
         if n.op_type in UNARY and index == 0:
             pass
-        elif n.op_type in BINARY and _constant_operands_permutable(n, index, _perm(t), g, names):
+        elif n.op_type in BINARY and _constant_operands_permutable(n, index, perm_of(t), g, names):
             pass
         else:
             continue
-        _swap(t, n, names)
+        swap_below(t, n, names)
         moved += 1
         work.append(t)
     g.remove_nodes(dead)
-    _toposort(g)
+    toposort(g)
     return moved, cancelled
 
 
@@ -206,7 +206,6 @@ def _constant_operands_permutable(n: Node, index: int, perm: list[int], g: Graph
     """For op(T(x), c): replace each constant c by its inverse-permuted copy (so that
     op(x, c') transposed equals op(T(x), c)); False when another operand is not a constant."""
     rank = len(perm)
-    inverse = [perm.index(i) for i in range(rank)]
     new = {}
     for j, v in enumerate(n.inputs):
         if j == index or v is None:
@@ -216,14 +215,20 @@ def _constant_operands_permutable(n: Node, index: int, perm: list[int], g: Graph
             return False
         if a.size == 1 and a.ndim <= 1:
             continue
-        full = a.reshape((1,) * (rank - a.ndim) + a.shape)
-        new[j] = np.ascontiguousarray(np.transpose(full, inverse))
+        new[j] = transposed_back(a, perm)
     for j, arr in new.items():
         n.set_input(j, new_constant(g, names, f"{n.inputs[j].name}__nchw", arr))
     return True
 
 
-def _swap(t: Node, n: Node, names: set[str]) -> None:
+def transposed_back(a: np.ndarray, perm: list[int]) -> np.ndarray:
+    """The constant c' with op(x, c') transposed by `perm` equal to op(T(x), c): c broadcast to
+    the rank of perm, then transposed by perm's inverse."""
+    inverse = [perm.index(i) for i in range(len(perm))]
+    return np.transpose(a.reshape((1,) * (len(perm) - a.ndim) + a.shape), inverse)
+
+
+def swap_below(t: Node, n: Node, names: set[str]) -> None:
     """op(T(x)) -> T(op(x)): n reads x and makes a fresh value; t transposes that into n's old
     output value (which keeps its name and uses)."""
     x, y, o = t.inputs[0], t.outputs[0], n.outputs[0]
@@ -231,7 +236,7 @@ def _swap(t: Node, n: Node, names: set[str]) -> None:
     n.set_input(index, x)
     inner_type = None
     if isinstance(o.type, TensorType) and o.type.shape is not None:
-        inverse = [_perm(t).index(i) for i in range(len(o.type.shape))]
+        inverse = [perm_of(t).index(i) for i in range(len(o.type.shape))]
         inner_type = _permuted(o.type, inverse)
     z = Value(fresh_name(names, f"{o.name}__pre"), inner_type)
     z.producer, z.output_index = n, 0
@@ -242,7 +247,7 @@ def _swap(t: Node, n: Node, names: set[str]) -> None:
     y.producer = None
 
 
-def _toposort(g: Graph) -> None:
+def toposort(g: Graph) -> None:
     """Reorder g.nodes topologically, keeping the present order where it already is one."""
     ready_values = {id(v) for v in g.inputs} | {id(v) for v in g.initializers.values()} \
         | {id(v) for v in g.sparse_initializers.values()}

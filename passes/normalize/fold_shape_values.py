@@ -30,12 +30,12 @@ class FoldShapeValuesPass(Pass):
     preserves = ALL - {Property.NO_DEAD_CODE, Property.UNIQUE_WEIGHTS}
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        from ..shapes.symbolic_shapes import Inference, _symbols
+        from ..shapes.symbolic_shapes import Inference, model_symbols
 
         g = model.graph
         if not any(n.op_type in ("Shape", "Size") and n.is_onnx() for n in g.nodes):
             return PassResult(model, False, {"values_folded": 0, "reshape_targets": 0})   # nothing computes shapes
-        inf = Inference(g, model.onnx_opset, taken=_symbols(model))
+        inf = Inference(g, model.onnx_opset, taken=model_symbols(model))
         inf.run()
         outputs = {id(v) for v in g.outputs}
         folded, names = 0, None
@@ -88,13 +88,8 @@ def _reshape_target(n, inf) -> np.ndarray | None:  # noqa: ANN001
 
 
 def _int_type(v, n) -> DataType | None:  # noqa: ANN001
-    t = v.type.elem_type if isinstance(v.type, TensorType) else None
-    if t is None:
-        if n.op_type in ("Shape", "Size"):
-            t = DataType.INT64
-        elif n.op_type == "Cast":
-            t = DataType(n.attributes["to"].value)
-        else:
-            first = next((x for x in n.inputs if x is not None), None)
-            t = first.type.elem_type if first is not None and isinstance(first.type, TensorType) else None
-    return DataType(t) if t is not None and DataType(t) in _INT else None
+    """The value's integer element type (declared, or what its op makes), or None."""
+    from ..shapes.symbolic_shapes import derive_type
+
+    t = v.type if isinstance(v.type, TensorType) and v.type.elem_type else derive_type(v, n)
+    return DataType(t.elem_type) if t is not None and DataType(t.elem_type) in _INT else None

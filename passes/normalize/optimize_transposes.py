@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from mcp_compiler.ir import Attribute, AttrType, Graph, Model, Node
 
 from .. import _rewrite as R
 from .._infra import REWRITES, Pass, PassContext, PassResult
-from ..layout.to_nhwc import BINARY, UNARY, _is_transpose, _perm, _swap, _toposort
+from ..layout.to_nhwc import BINARY, UNARY, is_transpose, perm_of, swap_below, toposort, transposed_back
 
 
 class OptimizeTransposesPass(Pass):
@@ -36,7 +34,7 @@ class OptimizeTransposesPass(Pass):
         s.run()
         if s.changed:
             g.remove_nodes(s.dead)
-            _toposort(g)
+            toposort(g)
         return PassResult(model, s.changed, {"moved": s.moved, "merged": s.merged, "cancelled": s.cancelled})
 
 
@@ -53,20 +51,20 @@ class _Sweep:
         return bool(self.moved or self.merged or self.cancelled)
 
     def run(self) -> None:
-        work = [n for n in self.g.nodes if _is_transpose(n)]
+        work = [n for n in self.g.nodes if is_transpose(n)]
         steps = 0
         while work and steps < 20 * len(self.g.nodes) + 100:
             steps += 1
             t = work.pop()
             y = t.outputs[0]
-            if id(t) in self.gone or t.inputs[0] is None or _perm(t) is None or id(y) in self.outputs \
+            if id(t) in self.gone or t.inputs[0] is None or perm_of(t) is None or id(y) in self.outputs \
                     or len(y.uses) != 1:
                 continue
             n, index = y.uses[0]
-            if _is_transpose(n) and _perm(n) is not None:
+            if is_transpose(n) and perm_of(n) is not None:
                 work += self._merge(t, n)
             elif self._movable(t, n, index):
-                _swap(t, n, self._names())
+                swap_below(t, n, self._names())
                 self.moved += 1
                 work.append(t)
 
@@ -80,7 +78,7 @@ class _Sweep:
         self.gone.add(id(n))
 
     def _merge(self, t: Node, n: Node) -> list[Node]:
-        composed = [_perm(t)[p] for p in _perm(n)]
+        composed = [perm_of(t)[p] for p in perm_of(n)]
         x = t.inputs[0]
         if composed == sorted(composed) and id(n.outputs[0]) not in self.outputs:
             n.outputs[0].replace_all_uses_with(x)
@@ -107,14 +105,14 @@ class _Sweep:
             return False
         other = n.inputs[1 - index]
         p = other.producer if other is not None else None
-        if _is_transpose(p, _perm(t)) and len(other.uses) == 1 and id(other) not in self.outputs \
+        if is_transpose(p, perm_of(t)) and len(other.uses) == 1 and id(other) not in self.outputs \
                 and p.inputs[0] is not None:
             n.set_input(1 - index, p.inputs[0])   # b(T(x), T(y)) -> b(x, y), transposed once below
             p.set_input(0, None)
             self._kill(p)
             self.merged += 1
             return True
-        return self._constant_operand(n, 1 - index, _perm(t))
+        return self._constant_operand(n, 1 - index, perm_of(t))
 
     def _constant_operand(self, n: Node, j: int, perm: list[int]) -> bool:
         v = n.inputs[j]
@@ -125,7 +123,5 @@ class _Sweep:
             return True
         if len(v.uses) != 1 or id(v) in self.outputs:
             return False   # a shared constant would be copied: the weights would grow
-        full = a.reshape((1,) * (len(perm) - a.ndim) + a.shape)
-        inverse = [perm.index(i) for i in range(len(perm))]
-        n.set_input(j, R.new_constant(self.g, self._names(), f"{v.name}__t", np.transpose(full, inverse)))
+        n.set_input(j, R.new_constant(self.g, self._names(), f"{v.name}__t", transposed_back(a, perm)))
         return True

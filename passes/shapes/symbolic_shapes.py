@@ -42,7 +42,7 @@ class SymbolicShapesPass(Pass):
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         opset = model.onnx_opset
-        inf = Inference(model.graph, opset, taken=_symbols(model))
+        inf = Inference(model.graph, opset, taken=model_symbols(model))
         inf.run()
         changed = inf.write()
         facts = inf.facts
@@ -55,7 +55,7 @@ class SymbolicShapesPass(Pass):
         return PassResult(model, changed > 0, stats=stats, warnings=warnings)
 
 
-def _symbols(model: Model) -> set[str]:
+def model_symbols(model: Model) -> set[str]:
     out: set[str] = set()
     for g in model.all_graphs():
         for v in [*g.inputs, *g.outputs, *g.value_info.values()]:
@@ -168,7 +168,7 @@ class Inference:
                 shape = self.shapes.get(id(v))
                 if shape is None:
                     continue
-                t = v.type if isinstance(v.type, TensorType) else _derive_type(v, n)
+                t = v.type if isinstance(v.type, TensorType) else derive_type(v, n)
                 if t is None:
                     continue
                 new = _with_shape(t, shape)
@@ -196,7 +196,7 @@ _BOOL_OUT = {"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Not",
 _INT64_OUT = {"Shape", "Size", "NonZero", "ArgMax", "ArgMin"}
 
 
-def _derive_type(v: Value, n: Node) -> TensorType | None:
+def derive_type(v: Value, n: Node) -> TensorType | None:
     """The element type of a node output nothing declared (values new passes made)."""
     if not n.is_onnx():
         elem = None
