@@ -40,9 +40,6 @@ class CompileReport:
         return asdict(self)
 
 
-ConvertReport = CompileReport   # the earlier name
-
-
 def load_model(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool = True) -> tuple[Model, str, list[str]]:
     """Load an ONNX or MCP-IR file: (model, format, warnings).
 
@@ -99,12 +96,6 @@ def _finish(report: CompileReport, clock: _Clock) -> CompileReport:
         report.seconds["verify"] = report.verification.pop("seconds")
     report.warnings = list(dict.fromkeys(report.warnings))  # shape inference runs twice: say it once
     return report
-
-
-def convert(input: str | os.PathLike, output: str | os.PathLike | None,
-            options: CompileOptions | None = None) -> CompileReport:
-    """The earlier name of compile_model."""
-    return compile_model(input, output, options)
 
 
 class _Clock:

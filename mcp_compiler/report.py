@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:   # the report renders them; importing them would load onnx at start-up
-    from .api import ConvertReport
+    from .api import CompileReport
     from .summary import ModelSummary
 
 
@@ -48,9 +48,6 @@ class Reporter:
         self._emit({"ok": False, "error": {"type": kind, "message": message, "exit_code": exit_code},
                     **{k: v for k, v in self.payload.items() if k != "ok"}})
 
-    def error(self, message: str) -> None:
-        self.fail("Error", message, 1)
-
     def warning(self, message: str) -> None:
         self.err.print(f"warning: {message}", markup=False)
 
@@ -63,7 +60,7 @@ class Reporter:
         return contextlib.nullcontext()
 
     # -- convert ------------------------------------------------------------------------------
-    def converted(self, r: ConvertReport, verbose: bool = False) -> None:
+    def converted(self, r: CompileReport, verbose: bool = False) -> None:
         if self.json_mode:
             self.json(r.to_dict())
             return
