@@ -23,9 +23,10 @@ def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # no
     steps += [
         N.ConstantToInitializerPass(),
         Repeat([N.FoldConstantsPass(), N.InlineConstantIfPass(), N.SimplifyCastsPass(), N.IdentityEliminationPass(),
-                N.OptimizeTransposesPass(), N.CommonSubexpressionEliminationPass(), N.SimplifyReshapePass(),
+                N.MergeSlicesPass(), N.OptimizeTransposesPass(), N.CommonSubexpressionEliminationPass(), N.SimplifyReshapePass(),
                 N.FoldShapeValuesPass(), N.DeadCodeEliminationPass()]),
         SymbolicShapesPass(),   # the passes below match on shapes ONNX's inference leaves unknown
+        N.SimplifyCastsPass(), N.IdentityEliminationPass(),   # Casts to the type a value now has
         N.SimplifySoftmaxPass(),
         # fusions: change values by float32 rounding only (see each pass's docstring)
         N.FoldBatchNormPass(), N.FoldConvAffinePass(), N.FuseClipPass(), N.FuseHardSwishPass(), N.FuseLayerNormPass(),

@@ -36,6 +36,7 @@ from .normalize import (
     IdentityEliminationPass,
     InlineConstantIfPass,
     MatMulAddToGemmPass,
+    MergeSlicesPass,
     OptimizeTransposesPass,
     SimplifyCastsPass,
     SimplifyReshapePass,
@@ -57,7 +58,7 @@ def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
 
 PASSES: dict[str, type[Pass]] = _table(   # in default-pipeline order (`mcp-cli passes` lists them so)
     UpgradeOpsetPass, ConstantToInitializerPass, FoldConstantsPass, FoldShapeValuesPass, InlineConstantIfPass, IdentityEliminationPass,
-    SimplifyCastsPass, OptimizeTransposesPass,
+    SimplifyCastsPass, MergeSlicesPass, OptimizeTransposesPass,
     CommonSubexpressionEliminationPass, SimplifyReshapePass, DeadCodeEliminationPass, SymbolicShapesPass,
     SimplifySoftmaxPass, FoldBatchNormPass, FoldConvAffinePass, FuseClipPass, FuseHardSwishPass,
     FuseLayerNormPass, FuseGeluPass, MatMulAddToGemmPass, LayoutNhwcPass, DeduplicateWeightsPass,

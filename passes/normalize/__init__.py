@@ -15,6 +15,7 @@ from .fuse_layernorm import FuseLayerNormPass
 from .identity_elimination import IdentityEliminationPass
 from .inline_constant_if import InlineConstantIfPass
 from .matmul_add_to_gemm import MatMulAddToGemmPass
+from .merge_slices import MergeSlicesPass
 from .optimize_transposes import OptimizeTransposesPass
 from .simplify_casts import SimplifyCastsPass
 from .simplify_reshape import SimplifyReshapePass
@@ -23,5 +24,5 @@ from .simplify_softmax import SimplifySoftmaxPass
 __all__ = ["CommonSubexpressionEliminationPass", "ConstantToInitializerPass", "DeadCodeEliminationPass",
            "DeduplicateWeightsPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConvAffinePass",
            "FoldShapeValuesPass", "FuseClipPass", "FuseGeluPass", "FuseHardSwishPass", "FuseLayerNormPass",
-           "IdentityEliminationPass", "InlineConstantIfPass", "MatMulAddToGemmPass", "OptimizeTransposesPass", "SimplifyCastsPass",
+           "IdentityEliminationPass", "InlineConstantIfPass", "MatMulAddToGemmPass", "MergeSlicesPass", "OptimizeTransposesPass", "SimplifyCastsPass",
            "SimplifyReshapePass", "SimplifySoftmaxPass"]

@@ -17,7 +17,9 @@ _PROBES = 8          # samples spread over the tensor
 
 
 class DeduplicateWeightsPass(Pass):
-    """Initializers of one graph with equal dtype, dims and bytes -> the first of them.
+    """Initializers of one graph with equal dtype, dims and bytes -> the first of them; an
+    initializer of a subgraph equal to one of a graph around it -> that one (an outer-scope
+    reference, as ONNX allows).
 
     Not applied to initializers that are graph inputs or outputs (their names are interface).
     Only tensors with equal dtype and dims are compared; among those, a fingerprint of a few
@@ -33,9 +35,11 @@ class DeduplicateWeightsPass(Pass):
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         merged = saved = 0
-        for g in model.graph.graphs():  # function bodies have no initializers
-            for group in _candidates(g):
+        for g, outer in _scopes(model.graph, []):  # function bodies have no initializers
+            for group in _candidates(g, outer):
                 for keep, dup in _duplicates(group):
+                    if g.initializers.get(dup.name) is not dup:
+                        continue   # two outer ones: merged in their own graph
                     dup.replace_all_uses_with(keep)
                     del g.initializers[dup.name]
                     merged += 1
@@ -43,15 +47,31 @@ class DeduplicateWeightsPass(Pass):
         return PassResult(model, merged > 0, {"initializers_merged": merged, "bytes_saved": saved})
 
 
-def _candidates(g) -> list[list]:  # noqa: ANN001 - ir.Graph
-    """The graph's initializers that may merge, grouped by dtype and dims."""
+def _scopes(g, outer: list) -> Iterator[tuple]:  # noqa: ANN001 - ir.Graph
+    """(graph, the initializers of the graphs around it that it may read), outer graphs first."""
+    yield g, outer
+    inner = [*outer, *_mergeable(g)]
+    for n in g.nodes:
+        for sub in n.subgraphs():
+            yield from _scopes(sub, inner)
+
+
+def _mergeable(g) -> list:  # noqa: ANN001 - ir.Graph
     interface = {id(v) for v in [*g.inputs, *g.outputs]}
+    return [v for v in g.initializers.values() if id(v) not in interface]
+
+
+def _candidates(g, outer: list = ()) -> list[list]:  # noqa: ANN001 - ir.Graph
+    """The graph's initializers that may merge (after those of the graphs around it, which they
+    may merge into), grouped by dtype and dims."""
     by_type: dict[tuple, list] = {}
-    for v in g.initializers.values():
+    own = _mergeable(g)
+    for v in [*outer, *own]:
         t = v.const
-        if id(v) not in interface and t.string_data is None:
+        if t.string_data is None:
             by_type.setdefault((int(t.dtype), t.dims), []).append(v)
-    return list(by_type.values())
+    mine = {id(v) for v in own}
+    return [group for group in by_type.values() if any(id(v) in mine for v in group)]
 
 
 def duplicate_groups(g) -> list[list]:  # noqa: ANN001 - ir.Graph

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from mcp_compiler.ir import AttrType, DataType, Graph, Model, Node, Tensor, TensorType
@@ -14,19 +16,21 @@ _NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "Rando
 
 
 class FoldConstantsPass(Pass):
-    """op(c1, c2, ...) -> c, for nodes of the main graph whose inputs are all constants (or
-    folded already), and Shape(x) -> c when x's shape is fully known.
+    """op(c1, c2, ...) -> c, for nodes whose inputs are all constants (or folded already), and
+    Shape(x) -> c when x's shape is fully known; in the main graph and in every subgraph (If
+    branches, Loop and Scan bodies: constants of the graphs around them are constants there).
 
-    All foldable nodes are evaluated in one onnxruntime session (the runtime the target runs on,
-    so folded values are the ones it would compute). Not applied to random ops, nodes with
+    A graph's foldable nodes are evaluated in one onnxruntime session (the runtime the target runs
+    on, so folded values are the ones it would compute). Not applied to random ops, nodes with
     subgraphs, non-default domains, values that are graph outputs, results of a dtype numpy cannot
     hold, or results bigger than the constants they replace (a result of more than 64 bytes is
     stored only where the constants it is made from go with it: the weights never grow; a model
     that generates its weights with ConstantOfShape or Tile keeps generating them unless
-    --fold-size-limit MB lets results up to that size be stored); and not to compressed weights' own decompression
-    (DequantizeLinear of int8/int4/float8 weights, a Cast of float16/int8 weights to a wider
-    float): the model's weights never get bigger than the input's. If onnxruntime cannot evaluate the set, nothing is folded and the
-    stats say so.
+    --fold-size-limit MB lets results up to that size be stored: see _storable); and not to
+    compressed weights' own decompression (DequantizeLinear of int8/int4/float8 weights, a Cast of
+    float16/int8 weights to a wider float): the model's weights never get bigger than the
+    input's. If onnxruntime cannot evaluate a graph's set, nothing of it is folded and the stats
+    say so.
     """
 
     name = "fold-constants"
@@ -35,73 +39,140 @@ class FoldConstantsPass(Pass):
     preserves = ALL - {Property.NO_DEAD_CODE, Property.UNIQUE_WEIGHTS}
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        g = model.graph
-        outputs = {id(v) for v in g.outputs}
-        known: set[int] = {id(v) for v in g.initializers.values()}
-        fold: list[Node] = []
-        for n in g.nodes:
-            if not n.is_onnx() or n.op_type in _NONDETERMINISTIC:
+        # Outer graphs first: what folds there is a constant in the subgraphs inside.
+        known: set[int] = set()
+        results: dict[int, np.ndarray] = {}
+        plans: list[tuple[Graph, list[Node], list, list]] = []
+        stats: dict[str, object] = {"nodes_folded": 0, "values_replaced": 0}
+        for g in list(model.graph.graphs()):
+            known.update(id(v) for v in g.initializers.values())
+            fold = _foldable(g, known)
+            if not fold:
                 continue
-            if any(a.type in (AttrType.GRAPH, AttrType.GRAPHS) or a.ref_attr_name for a in n.attributes.values()):
+            folded = {id(n) for n in fold}
+            outputs = {id(v) for v in g.outputs}
+            wanted = [o for n in fold for o in n.outputs if o.name and id(o) not in outputs
+                      and any(id(u) not in folded for u, _ in o.uses)]
+            try:
+                values = _evaluate(model, g, fold, wanted, results)
+            except Exception as e:  # noqa: BLE001 - reported in the stats, that graph stays as it was
+                known.difference_update(id(o) for n in fold for o in n.outputs)
+                stats["not_folded_runtime_error"] = int(stats.get("not_folded_runtime_error", 0)) + 1
+                stats.setdefault("error", str(e).splitlines()[0][:200])
                 continue
-            if n.op_type == "Shape" and _static_shape(n) is not None and not n.attributes:
-                fold.append(n)
-                known.update(id(o) for o in n.outputs)
-                continue
-            ins = [v for v in n.inputs if v is not None]
-            if ins and all(id(v) in known for v in ins) and n.op_type != "Constant" and not _expands_weights(n):
-                fold.append(n)
-                known.update(id(o) for o in n.outputs)
-        if not fold:
-            return PassResult(model, False, {"nodes_folded": 0})
-        folded_ids = {id(n) for n in fold}
-        wanted = [o for n in fold for o in n.outputs if o.name and id(o) not in outputs
-                  and any(id(u) not in folded_ids for u, _ in o.uses)]
-        try:
-            values = _evaluate(model, g, fold, wanted)
-        except Exception as e:  # noqa: BLE001 - reported in the stats, the model stays as it was
-            return PassResult(model, False, {"nodes_folded": 0, "not_folded_runtime_error": 1,
-                                             "error": str(e).splitlines()[0][:200]})
-        replaced = 0
-        for v, arr in zip(wanted, values):
-            if arr.dtype.type.__module__ != "numpy" or arr.dtype == object:
-                continue
-            producer = v.producer
-            if not _fits(arr.nbytes, producer, folded_ids, ctx.fold_size_limit):
-                continue
-            uses = list(v.uses)
-            v.uses.clear()
-            v.const = Tensor.from_numpy(v.name, R.c_order(arr))   # a scalar stays a scalar
-            v.uses.extend(uses)
-            # The value is now a constant: its producer no longer defines it.
-            if producer is not None:
-                producer.outputs[v.output_index] = _orphan(v, producer, v.output_index)
-            v.producer, v.output_index = None, -1
-            g.initializers[v.name] = v
-            replaced += 1
-        # Foldable nodes none of whose outputs is still used go; dead-code-elimination would too.
-        dead = []
-        for n in reversed(fold):  # back to front: detaching a node may free its producers
-            if all(not o.uses and id(o) not in outputs for o in n.outputs):
-                n.detach()
-                dead.append(n)
-        g.remove_nodes(dead)
-        return PassResult(model, replaced > 0, {"nodes_folded": len(dead), "values_replaced": replaced})
+            results.update(zip(map(id, wanted), values))
+            plans.append((g, fold, wanted, values))
+        every = [n for _, fold, _, _ in plans for n in fold]
+        storable = _storable(every, {id(n) for n in every}, [v for p in plans for v in p[2]],
+                             [a for p in plans for a in p[3]], ctx.fold_size_limit)
+        for g, fold, wanted, values in plans:
+            stats["values_replaced"] += _replace(g, wanted, values, storable)
+            stats["nodes_folded"] += _drop_unused(g, fold)
+        return PassResult(model, stats["values_replaced"] > 0, stats)
+
+
+def _foldable(g: Graph, known: set[int]) -> list[Node]:
+    """The nodes of g that can be evaluated now (adds their outputs to `known`)."""
+    fold: list[Node] = []
+    for n in g.nodes:
+        if not n.is_onnx() or n.op_type in _NONDETERMINISTIC:
+            continue
+        if any(a.type in (AttrType.GRAPH, AttrType.GRAPHS) or a.ref_attr_name for a in n.attributes.values()):
+            continue
+        if n.op_type == "Shape" and _static_shape(n) is not None and not n.attributes:
+            fold.append(n)
+            known.update(id(o) for o in n.outputs)
+            continue
+        ins = [v for v in n.inputs if v is not None]
+        if ins and all(id(v) in known for v in ins) and n.op_type != "Constant" and not _expands_weights(n):
+            fold.append(n)
+            known.update(id(o) for o in n.outputs)
+    return fold
+
+
+def _replace(g: Graph, wanted: list, values: list, storable: set[int]) -> int:
+    replaced = 0
+    for v, arr in zip(wanted, values):
+        if arr.dtype.type.__module__ != "numpy" or arr.dtype == object or id(v) not in storable:
+            continue
+        producer = v.producer
+        uses = list(v.uses)
+        v.uses.clear()
+        v.const = Tensor.from_numpy(v.name, R.c_order(arr))   # a scalar stays a scalar
+        v.uses.extend(uses)
+        # The value is now a constant: its producer no longer defines it.
+        if producer is not None:
+            producer.outputs[v.output_index] = _orphan(v, producer, v.output_index)
+        v.producer, v.output_index = None, -1
+        g.initializers[v.name] = v
+        replaced += 1
+    return replaced
+
+
+def _drop_unused(g: Graph, fold: list[Node]) -> int:
+    """Folded nodes none of whose outputs is still used go (dead-code-elimination would too)."""
+    outputs = {id(v) for v in g.outputs}
+    dead = []
+    for n in reversed(fold):  # back to front: detaching a node may free its producers
+        if all(not o.uses and id(o) not in outputs for o in n.outputs):
+            n.detach()
+            dead.append(n)
+    g.remove_nodes(dead)
+    return len(dead)
 
 
 SMALL = 64   # bytes: shape-like results fold whatever their inputs
 
 
-def _fits(nbytes: int, producer: Node | None, folded: set[int], limit: int | None) -> bool:
-    """Whether a folded result of `nbytes` may be stored: by default only where the constants it
-    is made from go with it (used by folded nodes alone), so the weights never grow; with
-    --fold-size-limit, any result up to that size (or not larger than its inputs)."""
-    ins = [x for x in (producer.inputs if producer is not None else ()) if x is not None and x.const is not None]
-    in_bytes = sum(x.const.nbytes for x in ins)
+def _storable(fold: list[Node], folded: set[int], wanted: list, values: list, limit: int | None) -> set[int]:
+    """Which folded results may be stored (ids of `wanted` values).
+
+    By default the weights never grow: results of at most 64 bytes always fold (shape-like
+    values); bigger ones fold by connected group of folded nodes, all or none, where the group's
+    stored results take no more bytes than the constants that only the group reads (they go with
+    it): Slices of one packed weight and the Concat that reorders them fold together, a weight
+    generated by ConstantOfShape or Tile stays generated. With --fold-size-limit, any result up
+    to that size, or not larger than its producer's constant inputs.
+    """
     if limit is not None:
-        return nbytes <= limit or nbytes <= in_bytes
-    freed = sum(x.const.nbytes for x in ins if all(id(u) in folded for u, _ in x.uses))
-    return nbytes <= max(SMALL, freed)
+        ok = set()
+        for v, arr in zip(wanted, values):
+            ins = [x for x in (v.producer.inputs if v.producer is not None else ()) if x is not None and x.const is not None]
+            if arr.nbytes <= limit or arr.nbytes <= sum(x.const.nbytes for x in ins):
+                ok.add(id(v))
+        return ok
+    parent = {id(n): id(n) for n in fold}
+
+    def find(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    leaves: dict[int, tuple] = {}   # id(constant input) -> (value, a folded node reading it)
+    for n in fold:
+        for x in n.inputs:
+            if x is None:
+                continue
+            if x.producer is not None and id(x.producer) in folded:
+                parent[find(id(n))] = find(id(x.producer))
+            elif x.const is not None:
+                if id(x) in leaves:
+                    parent[find(id(n))] = find(id(leaves[id(x)][1]))
+                else:
+                    leaves[id(x)] = (x, n)
+    freed: dict[int, int] = {}
+    for x, n in leaves.values():
+        if all(id(u) in folded for u, _ in x.uses):
+            root = find(id(n))
+            freed[root] = freed.get(root, 0) + x.const.nbytes
+    stored: dict[int, dict[tuple, int]] = {}   # equal results count once: deduplicate-weights merges them
+    for v, arr in zip(wanted, values):
+        if arr.nbytes > SMALL:
+            key = (arr.dtype.str, arr.shape, hashlib.sha256(np.ascontiguousarray(arr).view(np.uint8)).digest())
+            stored.setdefault(find(id(v.producer)), {})[key] = arr.nbytes
+    return {id(v) for v, arr in zip(wanted, values)
+            if arr.nbytes <= SMALL or sum(stored[find(id(v.producer))].values()) <= freed.get(find(id(v.producer)), 0)}
 
 
 # What a compressed weight reads through: folding these would store the weight expanded.
@@ -138,7 +209,10 @@ def _static_shape(n: Node) -> tuple[int, ...] | None:
     return None
 
 
-def _evaluate(model: Model, g: Graph, fold: list[Node], wanted: list) -> list[np.ndarray]:
+def _evaluate(model: Model, g: Graph, fold: list[Node], wanted: list,
+              outer: dict[int, np.ndarray]) -> list[np.ndarray]:
+    """The values of `wanted`, computed by `fold` from constants (and from `outer`: values of the
+    graphs around g folded in this run, not yet stored)."""
     import onnxruntime as ort
     from onnx import helper
 
@@ -155,7 +229,7 @@ def _evaluate(model: Model, g: Graph, fold: list[Node], wanted: list) -> list[np
             if id(v) in folded_outputs:
                 mapping[id(v)] = Value(v.name)
             else:  # a constant input
-                c = Value(v.name, const=v.const)
+                c = Value(v.name, const=v.const if v.const is not None else Tensor.from_numpy(v.name, outer[id(v)]))
                 sub.initializers[v.name] = c
                 mapping[id(v)] = c
         return mapping[id(v)]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from mcp_compiler.ir import Model, Node, TensorType, Value
 
+from .. import _rewrite as R
 from .._infra import ALL, Pass, PassContext, PassResult
 
 
@@ -15,6 +18,13 @@ class IdentityEliminationPass(Pass):
       false (inference)
     - Cast(x, to=T) -> x when x is already of type T
     - Transpose(x, perm) -> x when perm is the identity permutation
+    - Slice(x, starts, ends, axes, steps) -> x when it takes everything: constant starts of 0,
+      steps of 1, and ends at or past the dim (or at least 2^31 - 1, "to the end" as exporters
+      write it, where the dim is not known)
+
+    and one rule on inputs: an LSTM's, GRU's or RNN's initial state (initial_h, initial_c) that
+    is all zeros (a zero constant, or ConstantOfShape of 0, through Slices, Reshapes and other
+    ops that only pick or move elements) is dropped: zeros are its default.
 
     When y is a graph output (the interface keeps its names), x's producer makes y instead and
     x's other consumers read y; not applied when x is a graph input, a constant, a graph output
@@ -27,8 +37,9 @@ class IdentityEliminationPass(Pass):
     preserves = ALL
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        removed = 0
+        removed = dropped = 0
         for g in model.all_graphs():
+            dropped += _drop_zero_states(g)
             outputs = {id(v) for v in g.outputs}
             here = {id(n) for n in g.nodes}
             done = []
@@ -37,10 +48,10 @@ class IdentityEliminationPass(Pass):
                     continue
                 if not _is_noop(n):
                     continue
-                y, x = n.outputs[0], n.inputs[0]
+                y, x = n.outputs[0], _kept_operand(n)
                 if any(id(o) in outputs for o in n.outputs[1:]):
                     continue
-                if y.type is not None and x.type is not None and y.type != x.type and n.op_type != "Identity":
+                if y.type is not None and x.type is not None and y.type != x.type and n.op_type not in ("Identity", "Slice", *_NEUTRAL):
                     continue
                 if id(y) not in outputs:
                     y.replace_all_uses_with(x)
@@ -52,7 +63,7 @@ class IdentityEliminationPass(Pass):
                 done.append(n)
                 removed += 1
             g.remove_nodes(done)
-        return PassResult(model, removed > 0, {"nodes_removed": removed})
+        return PassResult(model, removed + dropped > 0, {"nodes_removed": removed, "zero_states_dropped": dropped})
 
 
 def _is_noop(n: Node) -> bool:
@@ -74,7 +85,95 @@ def _is_noop(n: Node) -> bool:
     if op == "Transpose":
         perm = n.attributes.get("perm")
         return perm is not None and list(perm.value) == list(range(len(perm.value))) and len(n.outputs) == 1
+    if op == "Slice":
+        return len(n.outputs) == 1 and _takes_everything(n)
+    if op in _NEUTRAL:
+        return _kept_operand(n) is not None
     return False
+
+
+_NEUTRAL = {"Add": (0, True), "Sub": (0, False), "Mul": (1, True), "Div": (1, False)}   # element, commutes
+
+
+def _kept_operand(n: Node) -> Value | None:
+    """The operand an Identity-like node passes through: x of Add(x, 0) and the like."""
+    if n.op_type not in _NEUTRAL:
+        return n.inputs[0]
+    if len(n.inputs) != 2 or any(v is None for v in n.inputs):
+        return None
+    element, commutes = _NEUTRAL[n.op_type]
+    for x, c in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0]))[:2 if commutes else 1]:
+        a = R.const(c)
+        shape = R.shape(x)
+        if a is None or shape is None or a.ndim > len(shape) or a.size == 0 or not (a == element).all():
+            continue
+        if not isinstance(x.type, TensorType) or int(c.const.dtype) != int(x.type.elem_type):
+            continue
+        if all(d == 1 or d == shape[len(shape) - a.ndim + i] for i, d in enumerate(a.shape)):
+            return x
+    return None
+
+
+TO_THE_END = 2**31 - 1
+
+
+def _takes_everything(n: Node) -> bool:
+    """A Slice whose every sliced axis starts at 0, steps by 1 and ends at or past the dim."""
+    if len(n.inputs) >= 3:   # opset 10 on: starts, ends, axes, steps are inputs
+        ins = [*n.inputs, None, None][1:5]
+        starts, ends, axes, steps = (R.const(v) for v in ins)
+        if starts is None or ends is None or (ins[2] is not None and axes is None) or (
+                ins[3] is not None and steps is None):
+            return False
+    else:                    # opset 1-9: attributes
+        attr = {k: a.value for k, a in n.attributes.items()}
+        if "starts" not in attr or "ends" not in attr:
+            return False
+        starts, ends, axes, steps = attr["starts"], attr["ends"], attr.get("axes"), None
+    starts, ends = [int(s) for s in np.ravel(starts)], [int(e) for e in np.ravel(ends)]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in np.ravel(steps)]
+    x = n.inputs[0].type
+    shape = x.shape if isinstance(x, TensorType) else None
+    if axes is None:
+        axes = list(range(len(starts)))
+    for axis, start, end, step in zip(np.ravel(axes), starts, ends, steps):
+        dim = shape[int(axis)] if shape is not None and -len(shape) <= int(axis) < len(shape) else None
+        if start != 0 or step != 1:
+            return False
+        if not (end >= TO_THE_END or (isinstance(dim, int) and end >= dim)):
+            return False
+    return len(starts) == len(ends) == len(steps)
+
+
+_STATES = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}   # initial_h, initial_c
+
+
+def _drop_zero_states(g) -> int:  # noqa: ANN001 - ir.Graph
+    dropped = 0
+    for n in g.nodes:
+        for i in _STATES.get(n.op_type, ()) if n.is_onnx() else ():
+            if i < len(n.inputs) and _all_zeros(n.inputs[i]):
+                n.set_input(i, None)
+                dropped += 1
+    return dropped
+
+
+_PICKS = ("Slice", "Reshape", "Transpose", "Expand", "Unsqueeze", "Squeeze", "Gather", "Flatten", "Identity")
+
+
+def _all_zeros(v: Value | None) -> bool:
+    while v is not None and v.producer is not None and v.producer.is_onnx(*_PICKS):
+        v = v.producer.inputs[0]
+    if v is None:
+        return False
+    a = R.const(v)
+    if a is not None:
+        return not a.any()
+    p = v.producer
+    if p is None or not p.is_onnx("ConstantOfShape"):
+        return False
+    value = p.attributes.get("value")
+    return value is None or not value.value.numpy().any()
 
 
 def _take_over(n: Node, x: Value, y: Value) -> None:

@@ -21,6 +21,11 @@ class SimplifyReshapePass(Pass):
       fit either). When every piece is then constant the shape becomes one constant and the
       Shape/Slice/Cast/Concat nodes are left to dead-code elimination.
     - Reshape(x, c) with x's shape fully known and equal to c (after resolving 0 and -1) -> x.
+    - Reshape(Reshape(x, a), c) -> Reshape(x, c) when c is a constant without 0s: a Reshape
+      only reads its input's element count and order.
+    - Reshape(Transpose(x, perm), c) -> Reshape(x, c') when the Transpose only moves dims of 1
+      (the others keep their order, so the elements keep theirs); a 0 in c (the transposed
+      input's dim) becomes that dim, or -1 for the one dim that is not a number.
     """
 
     name = "simplify-reshape"
@@ -48,6 +53,13 @@ class SimplifyReshapePass(Pass):
                     names = names or R.value_names(g)
                     n.set_input(1, R.new_constant(g, names, f"{n.name or 'reshape'}_shape", shape))
                     consts += 1
+                x, shape, through = _look_through(n, x, shape, outputs)
+                if through is not None:
+                    names = names or R.value_names(g)
+                    n.set_input(0, x)
+                    n.set_input(1, R.new_constant(g, names, f"{n.name or 'reshape'}_shape", shape))
+                    dead.append(through)
+                    removed += 1
                 y = n.outputs[0]
                 if id(y) not in outputs and _same_static_shape(x, shape):
                     y.replace_all_uses_with(x)
@@ -56,6 +68,38 @@ class SimplifyReshapePass(Pass):
                     removed += 1
             g.remove_nodes(dead)
         return PassResult(model, consts + removed > 0, {"shapes_made_constant": consts, "reshapes_removed": removed})
+
+
+def _look_through(n, x: Value, shape: np.ndarray, outputs: set[int]):  # noqa: ANN001, ANN202 - ir.Node
+    """(x, shape, the node looked through) for a Reshape of a Reshape or of a Transpose that
+    only moves dims of 1; (x, shape, None) otherwise."""
+    p = x.producer
+    if p is None or not p.is_onnx("Reshape", "Transpose") or len(x.uses) != 1 or id(x) in outputs:
+        return x, shape, None
+    shape = shape.reshape(-1).astype(np.int64)
+    if p.op_type == "Reshape":
+        if (shape == 0).any() or ("allowzero" in p.attributes and p.attributes["allowzero"].value):
+            return x, shape, None
+        return p.inputs[0], shape, p
+    src = R.shape(p.inputs[0])
+    perm = p.attributes.get("perm")
+    if src is None or perm is None:
+        return x, shape, None
+    moved = [a for a in perm.value if src[a] != 1]
+    if moved != sorted(moved):
+        return x, shape, None
+    dims = [src[a] for a in perm.value]   # the transposed input's dims, which 0s in the shape copy
+    out = shape.copy()
+    for i in np.flatnonzero(shape == 0):
+        if i >= len(dims):
+            return x, shape, None
+        if isinstance(dims[i], int):
+            out[i] = dims[i]
+        elif (out == -1).any():
+            return x, shape, None
+        else:
+            out[i] = -1
+    return p.inputs[0], out, p
 
 
 def _shape_piece(v: Value, x: Value) -> tuple[int, int] | None:

@@ -57,3 +57,69 @@ def test_a_folded_scalar_stays_a_scalar(tmp_path):
     assert _ops(model) == ["Mul"]
     for a, b in zip(ort_run(original, {"x": X}), ort_run(to_onnx(model), {"x": X})):
         np.testing.assert_array_equal(b, a)
+
+
+def _lstm_like_weights(tmp_path, in_branch: bool):
+    """A packed weight W [8, 4] reordered by three Slices and a Concat (PyTorch's LSTM gate
+    order), used by a MatMul in the main graph and, when `in_branch`, by the same reordering
+    inside both branches of an If on a graph input."""
+    from onnx import TensorProto as TP
+
+    w = numpy_helper.from_array(np.arange(32, dtype=np.float32).reshape(8, 4) / 7, "w")
+    consts = [numpy_helper.from_array(np.array([v], np.int64), f"c{v}") for v in (0, 2, 6, 8)]
+
+    def reorder(p):
+        return [helper.make_node("Slice", ["w", "c0", "c2"], [f"{p}a"]),
+                helper.make_node("Slice", ["w", "c6", "c8"], [f"{p}b"]),
+                helper.make_node("Slice", ["w", "c2", "c6"], [f"{p}c"]),
+                helper.make_node("Concat", [f"{p}a", f"{p}b", f"{p}c"], [f"{p}w"], axis=0),
+                helper.make_node("Transpose", [f"{p}w"], [f"{p}t"]),
+                helper.make_node("MatMul", ["x", f"{p}t"], [f"{p}y"])]
+
+    def branch(p):
+        return helper.make_graph(reorder(p), p, [], [helper.make_tensor_value_info(f"{p}y", F, [2, 8])])
+
+    nodes = reorder("m_")
+    outputs = [helper.make_tensor_value_info("m_y", F, [2, 8])]
+    inputs = [helper.make_tensor_value_info("x", F, [2, 4])]
+    if in_branch:
+        nodes.append(helper.make_node("If", ["flag"], ["z"], then_branch=branch("t_"), else_branch=branch("e_")))
+        outputs.append(helper.make_tensor_value_info("z", F, [2, 8]))
+        inputs.append(helper.make_tensor_value_info("flag", TP.BOOL, []))
+    return _load(tmp_path, helper.make_graph(nodes, "g", inputs, outputs, [w, *consts]))
+
+
+def test_slices_of_one_weight_fold_together(tmp_path):
+    """No single Slice frees W (the others still read it), the group does: the reordered weight
+    (128 bytes, over the 64-byte small-result limit) is stored and W goes."""
+    from mcp_compiler.passes.normalize import DeadCodeEliminationPass, FoldConstantsPass
+
+    original, model = _lstm_like_weights(tmp_path, in_branch=False)
+    _run(FoldConstantsPass(), model)
+    _run(DeadCodeEliminationPass(), model)
+    assert _ops(model) == ["MatMul"]
+    assert sum(v.const.nbytes for v in model.graph.initializers.values()) <= 128
+    feeds = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}
+    for a, b in zip(ort_run(original, feeds), ort_run(to_onnx(model), feeds)):
+        np.testing.assert_array_equal(b, a)
+
+
+def test_folds_inside_if_branches_and_equal_results_count_once(tmp_path):
+    """The same reordering in the main graph and in both branches: folded everywhere (three equal
+    results, counted once against W), and deduplicate-weights leaves one copy (the branches read
+    the main graph's)."""
+    from mcp_compiler.passes.normalize import DeadCodeEliminationPass, DeduplicateWeightsPass, FoldConstantsPass
+
+    original, model = _lstm_like_weights(tmp_path, in_branch=True)
+    r = _run(FoldConstantsPass(), model)
+    assert r.stats["values_replaced"] == 3
+    _run(DeadCodeEliminationPass(), model)
+    _run(DeduplicateWeightsPass(), model)
+    assert [n.op_type for n in model.graph.walk()] == ["MatMul", "If", "MatMul", "MatMul"]
+    weights = [v for g in model.graph.graphs() for v in g.initializers.values()]
+    assert len(weights) == 1 and weights[0].const.nbytes == 128
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    for flag in (True, False):
+        feeds = {"x": x, "flag": np.array(flag)}
+        for a, b in zip(ort_run(original, feeds), ort_run(to_onnx(model), feeds)):
+            np.testing.assert_array_equal(b, a)

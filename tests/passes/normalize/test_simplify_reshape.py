@@ -4,10 +4,15 @@ into): structure after, and onnxruntime outputs equal to the original's."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from _exact_cases import _load
 from _fusion_cases import _ops, _run, _save, rng
+from _helpers import ort_run
+from onnx import TensorProto, helper, numpy_helper
 from onnx import TensorProto as TP
-from onnx import helper, numpy_helper
 
+from mcp_compiler.lower import to_onnx
+from mcp_compiler.passes import PassContext
 from mcp_compiler.passes.normalize import (
     SimplifyReshapePass,
 )
@@ -64,3 +69,39 @@ def test_fold_size_limit_flag_materializes_generated_weights(tmp_path):
                             "--fold-size-limit", "-1"])
     assert r.exit_code == 2 and "--fold-size-limit must be >= 0" in r.output
     del m
+
+
+@pytest.mark.parametrize("perm, target, merged, want", [
+    ([0, 2, 1, 3], [80, 0, 768], True, [80, -1, 768]),   # DynamicQuantizeLSTM's [seq, 1, batch, hidden]
+    ([0, 2, 1, 3], [0, 0, 0, 768], True, [80, -1, 1, 768]),
+    ([0, 2, 1, 3], [0, 0, -1], False, None),               # batch and -1: two unknowns
+    ([2, 0, 1, 3], [-1, 768], False, None),               # moves batch before seq: data moves
+])
+def test_reshape_of_a_transpose_of_unit_dims(tmp_path, perm, target, merged, want):
+    g = helper.make_graph([helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Transpose", ["n"], ["t"], perm=perm),
+                           helper.make_node("Reshape", ["t", "s"], ["r"]), helper.make_node("Relu", ["r"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [80, 1, "batch", 768])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c", "d"][:len(target)])],
+                          [numpy_helper.from_array(np.array(target, np.int64), "s")])
+    original, model = _load(tmp_path, g)
+    SimplifyReshapePass().run(model, PassContext())
+    ops = [n.op_type for n in model.graph.nodes]
+    assert ops == (["Neg", "Reshape", "Relu"] if merged else ["Neg", "Transpose", "Reshape", "Relu"])
+    if want is not None:
+        assert model.graph.nodes[1].inputs[1].const.numpy().tolist() == want
+    x = np.random.default_rng(0).standard_normal((80, 1, 3, 768)).astype(np.float32)
+    np.testing.assert_array_equal(ort_run(to_onnx(model), {"x": x})[0], ort_run(original, {"x": x})[0])
+
+
+def test_reshape_of_a_reshape(tmp_path):
+    g = helper.make_graph([helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Reshape", ["n", "a"], ["t"]),
+                           helper.make_node("Reshape", ["t", "b"], ["r"]), helper.make_node("Relu", ["r"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])],
+                          [numpy_helper.from_array(np.array([0, 2, 3], np.int64), "a"),
+                           numpy_helper.from_array(np.array([-1, 3], np.int64), "b")])
+    original, model = _load(tmp_path, g)
+    SimplifyReshapePass().run(model, PassContext())
+    assert [n.op_type for n in model.graph.nodes] == ["Neg", "Reshape", "Relu"]
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    np.testing.assert_array_equal(ort_run(to_onnx(model), {"x": x})[0], ort_run(original, {"x": x})[0])
