@@ -68,10 +68,11 @@ def model_symbols(model: Model) -> set[str]:
 class Inference:
     """Shapes (and small integer contents) of one graph's values, computed in node order."""
 
-    def __init__(self, g: Graph, opset: int, taken: set[str]) -> None:
+    def __init__(self, g: Graph, opset: int, taken: set[str], outer: Inference | None = None) -> None:
         self.g, self.opset, self.taken = g, opset, taken
-        self.shapes: dict[int, Shape | None] = {}
-        self.values: dict[int, tuple] = {}
+        # a subgraph reads the values of the graphs around it as they are there
+        self.shapes: dict[int, Shape | None] = dict(outer.shapes) if outer is not None else {}
+        self.values: dict[int, tuple] = dict(outer.values) if outer is not None else {}
         self.facts = Facts()
         self.fresh = 0
         self.no_rule: Counter[str] = Counter()

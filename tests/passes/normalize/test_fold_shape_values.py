@@ -65,3 +65,39 @@ def test_lstm_output_dims_are_known(tmp_path):
     cast = next(n for n in model.graph.nodes if n.op_type == "Cast")
     c = cast.inputs[0].const
     assert c is not None and c.dims == () and int(c.numpy()) == h   # a scalar, as Gather made it
+
+
+def test_shape_values_fold_inside_if_branches(tmp_path):
+    """Silero's pattern: inside an If branch, If(Shape(state)[0] == 1, ..., Identity) on a state
+    [2, N, 128] of the main graph: the dim is 2 whatever N is, the condition a constant false, and
+    inline-constant-if then takes the Identity."""
+    from mcp_compiler.passes.normalize import FoldConstantsPass, InlineConstantIfPass
+
+    inner = helper.make_node(
+        "If", ["is1"], ["picked"],
+        then_branch=helper.make_graph([helper.make_node("Abs", ["state"], ["sq"])], "t", [],
+                                      [helper.make_tensor_value_info("sq", TP.FLOAT, None)]),
+        else_branch=helper.make_graph([helper.make_node("Identity", ["state"], ["id"])], "e", [],
+                                      [helper.make_tensor_value_info("id", TP.FLOAT, None)]))
+    branch = helper.make_graph(
+        [helper.make_node("Shape", ["state"], ["s"]), helper.make_node("Gather", ["s", "i0"], ["d0"], axis=0),
+         helper.make_node("Equal", ["d0", "one"], ["is1"]), inner, helper.make_node("Relu", ["picked"], ["r"])],
+        "b", [], [helper.make_tensor_value_info("r", TP.FLOAT, None)])
+    nodes = [helper.make_node("If", ["flag"], ["y"], then_branch=branch,
+                              else_branch=helper.make_graph([helper.make_node("Neg", ["state"], ["n"])], "o", [],
+                                                            [helper.make_tensor_value_info("n", TP.FLOAT, None)]))]
+    path = save_model(tmp_path, "m", nodes, [helper.make_tensor_value_info("state", TP.FLOAT, [2, "N", 128]),
+                                             helper.make_tensor_value_info("flag", TP.BOOL, [])],
+                      [helper.make_tensor_value_info("y", TP.FLOAT, [2, "N", 128])],
+                      [_i64("i0", 0), _i64("one", 1)])
+    import onnx
+
+    original, model = onnx.load(path), load_onnx(path).model
+    assert _run(FoldShapeValuesPass(), model).stats["values_folded"] >= 1
+    FoldConstantsPass().run(model, PassContext())
+    InlineConstantIfPass().run(model, PassContext())
+    DeadCodeEliminationPass().run(model, PassContext())
+    assert sorted(n.op_type for n in model.graph.walk()) == ["Identity", "If", "Neg", "Relu"]
+    state = np.random.default_rng(0).standard_normal((2, 3, 128)).astype(np.float32)
+    for flag in (True, False):
+        _same_outputs(original, model, {"state": state, "flag": np.array(flag)})
