@@ -302,13 +302,9 @@ def list_passes(json_out: bool = JsonOpt) -> None:
     rep = reporter(json_out)
 
     def body() -> None:
-        import sys
+        from mcp_compiler.pass_catalog import CATALOG  # the passes themselves import numpy and onnx
 
-        from mcp_compiler.passes import PASSES
-
-        rows = [{"name": n, "summary": (sys.modules[c.__module__].__doc__ or c.__doc__ or "").strip().splitlines()[0],
-                 "requires": sorted(p.value for p in c.requires),
-                 "establishes": sorted(p.value for p in c.establishes)} for n, c in PASSES.items()]
+        rows = CATALOG
         rep.json({"passes": rows})
         if not json_out:
             for r in rows:
