@@ -22,9 +22,10 @@ class IdentityEliminationPass(Pass):
       steps of 1, and ends at or past the dim (or at least 2^31 - 1, "to the end" as exporters
       write it, where the dim is not known)
 
-    and one rule on inputs: an LSTM's, GRU's or RNN's initial state (initial_h, initial_c) that
-    is all zeros (a zero constant, or ConstantOfShape of 0, through Slices, Reshapes and other
-    ops that only pick or move elements) is dropped: zeros are its default.
+    and one rule on inputs: an LSTM's, GRU's, RNN's (or onnxruntime's DynamicQuantizeLSTM's)
+    initial state (initial_h, initial_c) that is all zeros (a zero constant, or ConstantOfShape of
+    0, through Slices, Reshapes and other ops that only pick or move elements) is dropped: zeros
+    are its default.
 
     When y is a graph output (the interface keeps its names), x's producer makes y instead and
     x's other consumers read y; not applied when x is a graph input, a constant, a graph output
@@ -145,13 +146,14 @@ def _takes_everything(n: Node) -> bool:
     return len(starts) == len(ends) == len(steps)
 
 
-_STATES = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}   # initial_h, initial_c
+# initial_h, initial_c (onnxruntime's int8 LSTM takes them where LSTM does)
+_STATES = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,), "com.microsoft.DynamicQuantizeLSTM": (5, 6)}
 
 
 def _drop_zero_states(g) -> int:  # noqa: ANN001 - ir.Graph
     dropped = 0
     for n in g.nodes:
-        for i in _STATES.get(n.op_type, ()) if n.is_onnx() else ():
+        for i in _STATES.get(n.op_type if n.is_onnx() else f"{n.domain}.{n.op_type}", ()):
             if i < len(n.inputs) and _all_zeros(n.inputs[i]):
                 n.set_input(i, None)
                 dropped += 1
