@@ -60,6 +60,17 @@ def onnx_roundtrip_cmd(src: Path, dst: Path, external: bool) -> list[str]:
     return [PY, "-c", code, str(src), str(dst)]
 
 
+def ort_offline_cmd(src: Path, dst: Path, external: bool) -> list[str]:
+    """onnxruntime's own offline optimization (ORT_ENABLE_BASIC) written to a file."""
+    code = ("import onnxruntime as ort,sys; so=ort.SessionOptions(); "
+            "so.graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC; "
+            "so.optimized_model_filepath=sys.argv[2]; "
+            + ("so.add_session_config_entry('session.optimized_model_external_initializers_file_name','out.data'); "
+               if external else "")
+            + "ort.InferenceSession(sys.argv[1], so, providers=['CPUExecutionProvider'])")
+    return [PY, "-c", code, str(src), str(dst)]
+
+
 def _interleaved(cmds: dict[str, list[str]], out_dir: Path, runs: int) -> dict[str, tuple[float, float]]:
     """Runs the tools in turn (a, b, c, a, b, c, ...), each into an emptied folder after a sync,
     so that one tool's dirty pages are not flushed on another's clock."""
@@ -86,13 +97,17 @@ def bench_convert(models: list[tuple[str, Path, bool]], runs: int) -> list[list]
         res = _interleaved({
             "cp": ["cp", *map(str, files), str(out_dir)],
             "mcp": [*MCP, "convert", "-i", str(src), "-o", str(out_dir / "m.mcpir")],
+            "target": [*MCP, "convert", str(src), "--target", "triton-v1.12", "-o", str(out_dir / "repo")],
             "onnx": onnx_roundtrip_cmd(src, out_dir / "rt.onnx", external),
+            "ort": ort_offline_cmd(src, out_dir / "ort.onnx", external),
         }, out_dir, runs)
         (cp_w, _), (mcp_w, mcp_r), (ox_w, ox_r) = res["cp"], res["mcp"], res["onnx"]
+        (tg_w, tg_r), (ort_w, ort_r) = res["target"], res["ort"]
         wbytes = _weight_bytes(src)
-        rows.append([name, f"{wbytes / 2**20:.1f}", f"{mcp_w:.2f}", f"{ox_w:.2f}", f"{cp_w:.2f}",
-                     f"{mcp_w / ox_w:.2f}", f"{mcp_w / cp_w:.1f}", f"{mcp_r:.0f}", f"{ox_r:.0f}",
-                     f"{mcp_r * 2**20 / wbytes:.2f}"])
+        rows.append([name, f"{wbytes / 2**20:.1f}", f"{mcp_w:.2f}", f"{tg_w:.2f}", f"{ort_w:.2f}", f"{ox_w:.2f}",
+                     f"{cp_w:.2f}", f"{tg_w / ort_w:.2f}", f"{mcp_w / ox_w:.2f}", f"{mcp_w / cp_w:.1f}",
+                     f"{tg_w / cp_w:.1f}", f"{mcp_r:.0f}", f"{tg_r:.0f}", f"{ort_r:.0f}", f"{ox_r:.0f}",
+                     f"{tg_r * 2**20 / wbytes:.2f}"])
         print(rows[-1], flush=True)
         shutil.rmtree(out_dir)
     return rows
@@ -147,15 +162,20 @@ def main() -> None:
     cold = [] if args.no_cold else bench_cold(big, args.runs)
     title = "## Convert" + ("" if args.big_mb == 1024 else f" at {args.big_mb} MB")
     sections = [
-        title + ": `mcp-cli convert --output x.mcpir` vs `onnx.load` + `onnx.save` vs `cp`",
+        title + ": `mcp-cli convert` (`-o x.mcpir`, `--target triton-v1.12`) vs onnxruntime's offline "
+        "optimization vs `onnx.load` + `onnx.save` vs `cp`",
         f"Written by `python benchmarks/bench_convert.py --runs {args.runs} --big-mb {args.big_mb}`. "
         f"Machine: {machine()}. Versions: "
         + ", ".join(f"{k} {v}" for k, v in versions().items()) + ".",
         "Wall seconds and peak RSS (MB) of the whole process, median of "
-        f"{args.runs}; `big_*` keeps its weights as ONNX external data (and onnx.save writes them as "
-        "external data again).",
-        table(["model", "weights MB", "mcp-cli s", "onnx load+save s", "cp s", "mcp/onnx",
-               "mcp/cp", "mcp RSS MB", "onnx RSS MB", "mcp RSS / weights"], conv),
+        f"{args.runs}, the tools taking turns; `big_*` keeps its weights as ONNX external data (and onnx.save "
+        "and onnxruntime write them as external data again). `mcpir`: `convert -i M -o x.mcpir` (the default "
+        "pipeline, no target); `target`: `convert M --target triton-v1.12 -o repo` (the whole job: pipeline, "
+        "legalization, config.pbtxt, runtime, load check); `ORT`: an InferenceSession with ORT_ENABLE_BASIC "
+        "and optimized_model_filepath (onnxruntime's own offline optimization, its import included).",
+        table(["model", "weights MB", "mcpir s", "target s", "ORT s", "onnx load+save s", "cp s", "target/ORT",
+               "mcpir/onnx", "mcpir/cp", "target/cp", "mcpir RSS MB", "target RSS MB", "ORT RSS MB", "onnx RSS MB",
+               "target RSS / weights"], conv),
     ]
     cold_part = [
         "## Cold load: file on disk to onnxruntime session ready (" + big.stem + ")",

@@ -1,4 +1,4 @@
-"""Conversion speed side by side with onnxslim: the zoo, and generated graphs of 10k and 100k
+"""Conversion speed side by side with onnxslim and onnxruntime's offline optimization: the zoo, and generated graphs of 10k and 100k
 nodes (linear-time check: 100k <= 12x the 10k one, <= 20 s).
 
     python benchmarks/bench_scale.py [--runs 5] [--quick]
@@ -24,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import machine, measure, versions, zoo_models
 from _results import table, write_section
+from bench_convert import ort_offline_cmd
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -77,7 +78,7 @@ def main() -> None:
         has_slim = shutil.which("onnxslim", path=str(Path(PY).parent)) is not None
         times: dict[str, dict[str, list[float]]] = {}
         for name, src in models:
-            times[name] = {"mcp": [], "slim": []}
+            times[name] = {"mcp": [], "slim": [], "ort": []}
             for _ in range(args.runs):
                 repo = d / "repo"
                 shutil.rmtree(repo, ignore_errors=True)
@@ -85,17 +86,22 @@ def main() -> None:
                              "-o", str(repo), "--name", "m"])
                 assert r.rc == 0, name
                 times[name]["mcp"].append(r.wall)
+                r = measure(ort_offline_cmd(src, d / "ort.onnx", False))
+                assert r.rc == 0, name
+                times[name]["ort"].append(r.wall)
                 if has_slim and not any(x == float("inf") for x in times[name]["slim"]):
                     r = measure([str(Path(PY).parent / "onnxslim"), str(src), str(d / "slim.onnx")],
                                 timeout=PEER_TIMEOUT)
                     times[name]["slim"].append(r.wall if r.rc in (0, -9) else float("nan"))
             mcp = statistics.median(times[name]["mcp"])
+            ort_s = statistics.median(times[name]["ort"])
             slim = statistics.median(times[name]["slim"]) if has_slim else float("nan")
             timed_out = slim == float("inf")
             slim_nodes = "-" if not has_slim or timed_out else count(d / "slim.onnx")
             rows.append([name, count(src), mcp_nodes(d / "repo"), slim_nodes, f"{mcp:.2f}",
                          f">{PEER_TIMEOUT:.0f} (timeout)" if timed_out else f"{slim:.2f}",
-                         f"<{mcp / PEER_TIMEOUT:.2f}" if timed_out else f"{mcp / slim:.2f}"])
+                         f"<{mcp / PEER_TIMEOUT:.2f}" if timed_out else f"{mcp / slim:.2f}",
+                         count(d / "ort.onnx"), f"{ort_s:.2f}", f"{mcp / ort_s:.2f}"])
             print(rows[-1], flush=True)
     deep = [r for r in rows if r[0].startswith("deep")]
     ratio = float(deep[1][4]) / float(deep[0][4])
@@ -106,10 +112,12 @@ def main() -> None:
         + (f", onnxslim {__import__('onnxslim').__version__}" if has_slim else ", onnxslim not installed") + ".",
         "`mcp-cli convert --target triton-v1.12` (checker, shape inference, normalization pipeline, "
         ".mcpir and repository) vs `onnxslim in out`; whole-process wall seconds, median of "
-        f"{args.runs}. `deep*`: chains of Constant -> Mul -> Relu -> Identity. Node counts after "
+        f"{args.runs}; `ORT basic`: onnxruntime's own offline optimization (an InferenceSession with "
+        "ORT_ENABLE_BASIC and optimized_model_filepath, its import included), taking turns with the others. "
+        "`deep*`: chains of Constant -> Mul -> Relu -> Identity. Node counts after "
         "differ where one tool folds or fuses what the other does not (see the passes section).",
         table(["model", "nodes in", "nodes after (mcp)", "nodes after (onnxslim)", "mcp-cli s", "onnxslim s",
-               "mcp / onnxslim"], rows),
+               "mcp / onnxslim", "nodes after (ORT basic)", "ORT basic s", "mcp / ORT basic"], rows),
         f"Growth: the {deep[1][0]} graph takes {ratio:.1f}x the {deep[0][0]} one (goal <= 12x, and <= 20 s).",
     ])
     if not args.quick:
