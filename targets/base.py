@@ -157,3 +157,12 @@ class Target(abc.ABC):
     def commands(self) -> list[Callable]:
         """The target's own CLI commands (typer functions with a `__command_name__`)."""
         return []
+
+
+def probed_max_opset() -> int:
+    """The newest ai.onnx opset onnxruntime was found loading (ort_support.json), read without
+    importing onnx or onnxruntime (what `mcp-cli targets` shows)."""
+    import json
+
+    table = Path(__file__).parent / "ort_support.json"   # ort_support.TABLE (that module imports onnx)
+    return int(json.loads(table.read_text()).get("max_opset", 7))

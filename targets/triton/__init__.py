@@ -47,10 +47,9 @@ class TritonTarget(Target):
     def opset_range(self) -> tuple[int, int]:
         # Older than 7 is outside what its kernels are registered for; the newest opset is the one
         # the support table found onnxruntime loading models of (read without importing onnx).
-        import json
+        from ..base import probed_max_opset
 
-        table = Path(__file__).parent.parent / "ort_support.json"   # ort_support.TABLE (that imports onnx)
-        return (7, int(json.loads(table.read_text()).get("max_opset", 7)))
+        return (7, probed_max_opset())
 
     # --- options and names -------------------------------------------------------------------
     def options_from(self, flags: Mapping[str, Any], build_file: Mapping[str, Any] | None = None,

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import onnx
+import pytest
 from _helpers import GOLDEN, ort_run
 from typer.testing import CliRunner
 
@@ -146,3 +147,18 @@ def test_start_up_imports_nothing_heavy():
             "print(sorted(m for m in ('onnx', 'onnxruntime', 'numpy', 'flatbuffers') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["targets", "--json"], ["passes", "--json"], ["convert", "--help"]])
+def test_light_commands_import_nothing_heavy(argv):
+    """issue 21: --version, --help, targets and passes import neither onnx, onnxruntime, numpy nor
+    the FlatBuffers schema."""
+    import subprocess
+    import sys
+
+    code = (f"import sys; from mcp_compiler.cli import main; sys.argv = ['mcp-cli', *{argv!r}]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('onnx', 'onnxruntime', 'numpy', 'flatbuffers') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout[-500:]
