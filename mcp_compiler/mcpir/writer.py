@@ -147,6 +147,10 @@ class _Encoder:
         self.placed: list[tuple[int, Tensor]] = []
         self.data_length = 0
         self.symbols: dict[str, int] = {}
+        # equal types and dims are written once and shared (a table may be referenced many times):
+        # most values of a network repeat a handful of shapes
+        self.types: dict[Type, int] = {}
+        self.dims: dict[tuple, int] = {}
 
     # -- helpers ------------------------------------------------------------------------------
     def s(self, text: str | None) -> int:
@@ -322,6 +326,15 @@ class _Encoder:
 
     # -- types and dims -----------------------------------------------------------------------
     def type(self, t: Type) -> int:
+        try:
+            cached = self.types.get(t)
+        except TypeError:   # a type holding something unhashable: written each time
+            return self._type(t)
+        if cached is None:
+            cached = self.types[t] = self._type(t)
+        return cached
+
+    def _type(self, t: Type) -> int:
         b = self.b
         den = self.s(t.denotation)
         dims = value_type = 0
@@ -359,6 +372,13 @@ class _Encoder:
         return self.symbols.setdefault(name, len(self.symbols))
 
     def dim(self, d: Dim, denotation: str) -> int:
+        key = (type(d), d, denotation)   # 1 and True, 1 and 1.0 stay apart
+        cached = self.dims.get(key)
+        if cached is None:
+            cached = self.dims[key] = self._dim(d, denotation)
+        return cached
+
+    def _dim(self, d: Dim, denotation: str) -> int:
         b = self.b
         expr = self.expr(d) if isinstance(d, ShapeExpr) else 0
         den = self.s(denotation)
