@@ -1,4 +1,4 @@
-"""The Triton target's commands: serve, verify, deploy, status, undeploy.
+"""The Triton target's commands: serve, verify, deploy, status, undeploy, bench, tune.
 
 Registered on the mcp-cli app through `TritonTarget.commands()`; each parses its options, calls
 this package's library code, and renders through the shared reporter.
@@ -298,4 +298,241 @@ def undeploy(
     run(rep, debug, body)
 
 
-COMMANDS = [serve, verify, deploy, server_status, undeploy]
+def _numbers(text: str | None, flag: str, kind: type) -> list:
+    if text is None:
+        return []
+    out = []
+    for piece in text.split(","):
+        try:
+            v = kind(piece.strip())
+        except ValueError:
+            v = None
+        if v is None or v <= 0 or (kind is float and v != v) or v > 1e6:
+            raise UsageError(f"{flag}: expected positive numbers separated by commas, got {piece.strip()!r}")
+        out.append(v)
+    return out
+
+
+def _loads(concurrency: str | None, rate: str | None, default: str | None = "1,8,32") -> list:
+    from .loadgen import Load
+
+    loads = [Load(concurrency=c) for c in _numbers(concurrency, "--concurrency", int)]
+    loads += [Load(rate=r) for r in _numbers(rate, "--rate", float)]
+    if not loads and default:
+        loads = [Load(concurrency=c) for c in _numbers(default, "--concurrency", int)]
+    return loads
+
+
+def _remote(url: Optional[str], ssl: bool, root_cert, client_cert, client_key, token, token_header, timeout):  # noqa: ANN001, ANN202
+    if url is None:
+        if ssl or root_cert or client_cert or token:
+            raise UsageError("--ssl/--root-cert/--client-cert/--token need --url (a running server)")
+        return None
+    return _connection(url, Protocol.grpc, ssl, root_cert, client_cert, client_key, token, token_header, timeout)
+
+
+def _progress(rep):  # noqa: ANN001, ANN202
+    def say(line: str) -> None:
+        if not rep.json_mode:
+            rep.err.print(line, markup=False)
+    return say
+
+
+@command("bench", "mcp-cli bench model_repository/model",
+         "mcp-cli bench model_repository/model --concurrency 1,8,32 --batch-size 4 --json",
+         "mcp-cli bench model_repository/model --rate 200,800 --seconds 10 --csv points.csv",
+         "mcp-cli bench mymodel --url 127.0.0.1:8001 --concurrency 16")
+def bench(
+    target: str = typer.Argument(..., help="DIR/NAME: a repository entry (a local Triton is started for it); "
+                                 "or NAME with --url: a model a running server has.", show_default=False),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c", metavar="N[,N...]",
+                                              help="Closed loop: N clients, each sending when its last "
+                                                   "request returns (default: 1,8,32)."),
+    rate: Optional[str] = typer.Option(None, "--rate", metavar="R[,R...]",
+                                       help="Open loop: Poisson arrivals at R requests/s."),
+    batch_size: int = typer.Option(1, "--batch-size", "-b", min=1, help="Rows per request (batching models)."),
+    seconds: Optional[float] = typer.Option(None, "--seconds", min=0.1, help="Measure each point for this long "
+                                            "(default: 2 s windows until three agree within 10%)."),
+    window_s: float = typer.Option(2.0, "--window-s", min=0.1, help="Measurement window, seconds."),
+    max_windows: int = typer.Option(10, "--max-windows", min=3, help="Windows before giving up on stability."),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", help="The request: the first sample of this .npz "
+                                          "(or folder of them), arrays named like the inputs."),
+    csv_path: Optional[Path] = typer.Option(None, "--csv", dir_okay=False, help="Also write the points as CSV."),
+    url: Optional[str] = typer.Option(None, "--url", help="A running Triton's gRPC HOST:PORT (default: start "
+                                      "a local one for DIR/NAME)."),
+    ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt, client_cert: Optional[Path] = CertOpt,
+    client_key: Optional[Path] = KeyOpt, token: Optional[str] = TokenOpt, token_header: str = HeaderOpt,
+    timeout: float = TimeoutOpt, json_out: bool = JsonOpt, debug: bool = DebugOpt,
+) -> None:
+    """Measure a served model under load: throughput, p50/p90/p99 latency, errors, and the server's
+    own split (queue vs compute, average batch) from Triton's statistics, per load point.
+
+    The client is tritonclient's asyncio gRPC client in this process; its CPU use is reported, so a
+    saturated client shows. Exit 1 when the server cannot be reached or lacks the statistics
+    extension; exit 2 for bad flags.
+    """
+    rep = reporter(json_out)
+
+    def body() -> None:
+        from mcp_compiler.files import check_output
+
+        from .bench import bench as run_bench
+
+        loads = _loads(concurrency, rate)
+        if csv_path is not None:
+            check_output(csv_path, "--csv")
+        conn = _remote(url, ssl, root_cert, client_cert, client_key, token, token_header, timeout)
+        say = _progress(rep)
+        r = run_bench(target, loads, conn, batch_size=batch_size, window_s=window_s, max_windows=max_windows,
+                      seconds=seconds, inputs=inputs,
+                      progress=lambda k, n, load: say(f"point {k + 1} of {n}: {load.label}"))
+        if csv_path is not None:
+            _write_csv(csv_path, [p.to_dict() for p in r.points])
+        rep.json(r.to_dict())
+        if not json_out:
+            _bench_table(rep, r)
+
+    run(rep, debug, body)
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    import csv
+    import io
+    import os
+
+    buf = io.StringIO()
+    keys = [k for k in rows[0] if k != "notes"] if rows else []
+    w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(buf.getvalue(), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _bench_table(rep, r) -> None:  # noqa: ANN001 - bench.BenchReport
+    def f(v, fmt: str = "{:.2f}") -> str:  # noqa: ANN001
+        return "-" if v is None else fmt.format(v)
+
+    rep.out.print(f"{r.model} on {r.url}, batch {r.batch_size}", markup=False)
+    head = f"{'load':<18}{'req/s':>10}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'errors':>8}{'queue ms':>10}" \
+           f"{'compute ms':>12}{'batch':>7}{'client cpu':>12}{'stable':>8}"
+    rep.out.print(head, markup=False)
+    for p in r.points:
+        rep.out.print(f"{p.load:<18}{p.throughput:>10.1f}{f(p.p50_ms):>9}{f(p.p90_ms):>9}{f(p.p99_ms):>9}"
+                      f"{p.errors:>8}{f(p.queue_ms):>10}{f(p.compute_ms):>12}{f(p.avg_batch):>7}"
+                      f"{p.client_cpu:>11.0%} {('yes' if p.stable else 'no' if p.stable is False else '-'):>7}",
+                      markup=False)
+        if p.error_sample:
+            rep.out.print(f"  first error: {p.error_sample}", markup=False)
+        for note in p.notes:
+            rep.out.print(f"  note: {note}", markup=False)
+    for note in r.notes:
+        rep.out.print(f"note: {note}", markup=False)
+
+
+class Objective(Choice):
+    throughput = "throughput"
+    latency = "latency"
+
+
+@command("tune", "mcp-cli tune model_repository/model --slo-p99-ms 20 --concurrency 16",
+         "mcp-cli tune model_repository/model --slo-p99-ms 5 --rate 500 --budget-s 300 --report r.json --plot p.png",
+         "mcp-cli tune model_repository/model --slo-p99-ms 10 --objective latency --apply")
+def tune(
+    entry: Path = typer.Argument(..., help="The repository entry to tune: DIR/NAME."),
+    slo_p99_ms: float = typer.Option(..., "--slo-p99-ms", help="The latency SLO: p99 in milliseconds."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c", min=1,
+                                              help="The load: N clients in closed loop (default 8)."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="The load: R requests/s, Poisson arrivals."),
+    objective: Objective = typer.Option(Objective.throughput, "--objective", case_sensitive=False,
+                                        help="throughput: the most req/s whose p99 meets the SLO; latency: "
+                                             "the lowest p99 at this load."),
+    budget_s: float = typer.Option(120.0, "--budget-s", help="Time for the whole search, seconds."),
+    window_s: float = typer.Option(1.0, "--window-s", min=0.1, help="Measurement window, seconds."),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", help="The request: the first sample of this .npz."),
+    report_path: Optional[Path] = typer.Option(None, "--report", dir_okay=False, help="Write the report as JSON."),
+    plot_path: Optional[Path] = typer.Option(None, "--plot", dir_okay=False,
+                                             help="Write p99 vs throughput of every trial as a PNG."),
+    apply_best: bool = typer.Option(False, "--apply", help="Rewrite the entry's config.pbtxt with the best setting."),
+    json_out: bool = JsonOpt, debug: bool = DebugOpt,
+) -> None:
+    """Choose the serving parameters (dynamic batching and queue delay, instances and threads,
+    batch sizes) that give the most throughput within a p99 latency SLO, measured on a local Triton.
+
+    The entry's own config is the baseline; each trial reloads the model with a config override.
+    Progress goes to stderr (trial k, best so far). Exit 1 when no trial meets the SLO (naming the
+    best p99 seen; the report and plot are still written); exit 2 for bad flags or a budget too small
+    for one trial. Ctrl-C reloads the original config and stops the server.
+    """
+    rep = reporter(json_out)
+
+    def body() -> None:
+        from mcp_compiler.files import check_output
+
+        from .loadgen import Load
+        from .tune import SloNotMetError, apply, plot, write_report
+        from .tune import tune as run_tune
+
+        if concurrency is not None and rate is not None:
+            raise UsageError("give one load: --concurrency or --rate")
+        if rate is not None and not rate > 0:
+            raise UsageError(f"--rate must be positive, got {rate}")
+        if not slo_p99_ms > 0:
+            raise UsageError(f"--slo-p99-ms must be positive, got {slo_p99_ms}")
+        for path, flag in ((report_path, "--report"), (plot_path, "--plot")):
+            if path is not None:
+                check_output(path, flag)
+        if plot_path is not None:
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                raise UsageError("--plot needs matplotlib: pip install 'mcp-cli[serve]'") from None
+        load = Load(rate=rate) if rate is not None else Load(concurrency=concurrency or 8)
+        r = run_tune(entry, load, slo_p99_ms, budget_s=budget_s, objective=str(objective), window_s=window_s,
+                     inputs=inputs, progress=_progress(rep))
+        if r.best is not None and apply_best and r.best.setting != r.baseline.setting:
+            r.applied = str(apply(entry, r.best.setting))
+        if report_path is not None:
+            write_report(r, report_path)
+        if plot_path is not None:
+            plot(r, plot_path)
+        rep.json(r.to_dict())
+        if not json_out:
+            _tuned(rep, r, apply_best)
+        if r.best is None:
+            seen = [t.point.p99_ms for t in r.trials if t.point and t.point.p99_ms is not None]
+            best_p99 = f"{min(seen)} ms" if seen else "none (every trial failed)"
+            raise SloNotMetError(f"no trial met p99 <= {slo_p99_ms:g} ms at {r.load} without errors; "
+                                 f"the best p99 seen: {best_p99}")
+
+    run(rep, debug, body)
+
+
+def _tuned(rep, r, apply_best: bool) -> None:  # noqa: ANN001 - tune.TuneReport
+    from .tune import describe as _short
+
+    b, best = r.baseline, r.best
+    rep.out.print(f"{r.model} at {r.load}, SLO p99 {r.slo_p99_ms:g} ms: {len(r.trials)} trials in {r.spent_s:.0f} s",
+                  markup=False)
+    if b.point is not None:
+        rep.out.print(f"  baseline  {_short(b.setting)}: {b.point.throughput:.1f} req/s, p99 {b.point.p99_ms} ms",
+                      markup=False)
+    if best is not None:
+        gain = f" ({best.point.throughput / b.point.throughput:.2f}x the baseline)" if b.point and b.point.throughput else ""
+        rep.out.print(f"  best      {_short(best.setting)}: {best.point.throughput:.1f} req/s, p99 {best.point.p99_ms} ms"
+                      f"{gain}", markup=False)
+    if r.timeout_trial is not None and r.timeout_trial.point is not None:
+        t = r.timeout_trial.to_dict()
+        rep.out.print(f"  with inference_timeout_ms {r.timeout_trial.setting.inference_timeout_ms}: "
+                      f"{t['rejected_fraction']:.1%} of requests rejected, p99 {t['p99_ms']} ms", markup=False)
+    if r.applied:
+        rep.out.print(f"  applied to {r.applied}", markup=False)
+    elif apply_best and best is not None:
+        rep.out.print("  the baseline is the best: config.pbtxt left as it is", markup=False)
+
+
+COMMANDS = [serve, verify, deploy, server_status, undeploy, bench, tune]

@@ -1,0 +1,253 @@
+"""`mcp-cli bench`: a served model under load, on the local Triton or a running one.
+
+A local entry (DIR/NAME) is served by a tritonserver this process starts on 127.0.0.1 (explicit
+mode, only that model loaded) and stops; a NAME with a Connection is measured where it already
+serves. The requests are inputs the model accepts (mcp_compiler.inputs, probed on the entry's own
+model), a user's .npz, or for a remote model known only by name, tensors made from the server's
+config (-1 dims as 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mcp_compiler.errors import McpError, ServerError, UsageError
+
+from .deploy import Connection, _server_error, read_entry, smoke_inputs
+from .loadgen import Load, Point, measure
+
+LOAD_TIMEOUT_S = 180.0
+
+
+@dataclass
+class Served:
+    """A model that answers on `conn`: its config, name, and the request to send."""
+
+    conn: Connection
+    name: str
+    config: Any                       # ModelConfig
+    feeds: dict[str, np.ndarray]
+    server: Any = None                # serve.TritonServer when this process started it
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BenchReport:
+    model: str
+    url: str
+    batch_size: int
+    points: list[Point]
+    notes: list[str]
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "url": self.url, "batch_size": self.batch_size,
+                "points": [p.to_dict() for p in self.points], "notes": self.notes}
+
+
+def is_entry(target: str | os.PathLike) -> bool:
+    return (Path(target) / "config.pbtxt").is_file()
+
+
+@contextlib.contextmanager
+def served(target: str | os.PathLike, conn: Connection | None, *, batch_size: int = 1,
+           inputs: str | os.PathLike | None = None, explicit_config: str | None = None) -> Iterator[Served]:
+    """The model to measure, loaded and ready. A local entry with no `conn` gets its own
+    tritonserver, stopped (and its folder removed) on the way out, Ctrl-C included."""
+    if conn is None:
+        if not is_entry(target):
+            raise UsageError(f"{target}: not a model repository entry (DIR/NAME with a config.pbtxt); "
+                             "to measure a model a server already has, give its NAME and --url")
+        cfg, _, local, _ = read_entry(Path(target), None)
+        feeds = _batched(smoke_inputs(cfg, local, inputs), cfg, batch_size)
+        from .serve import TritonServer
+
+        server = TritonServer(Path(target).resolve().parent, explicit=True)
+        try:
+            server.start()
+            conn = Connection(server.grpc_url)
+            s = Served(conn, cfg.name, cfg, feeds, server)
+            load_model(s, explicit_config)
+            yield s
+        finally:
+            server.close()
+        return
+    name = str(target)
+    if is_entry(target):
+        cfg, _, local, _ = read_entry(Path(target), None)
+        feeds, notes = _batched(smoke_inputs(cfg, local, inputs), cfg, batch_size), []
+    else:
+        cfg = remote_config(conn, name)
+        feeds, notes = _remote_feeds(cfg, inputs, batch_size)
+    yield Served(conn, cfg.name or name, cfg, feeds, notes=notes)
+
+
+def load_model(s: Served, config_json: str | None = None) -> None:
+    """(Re)load s.name, with `config_json` instead of the config on disk when given."""
+    from .deploy import client
+
+    c = client(s.conn)
+    try:
+        kw = {"config": config_json} if config_json else {}
+        c.load_model(s.name, headers=s.conn.headers(), client_timeout=LOAD_TIMEOUT_S, **kw)
+        if not c.is_model_ready(s.name, headers=s.conn.headers()):
+            raise ServerError(f"{s.name} is not READY after loading")
+    except McpError:
+        raise
+    except Exception as e:  # noqa: BLE001 - tritonclient raises many kinds
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ServerError(f"{s.conn.describe()} failed to load {s.name}: {msg}") from None
+    finally:
+        c.close()
+
+
+def remote_config(conn: Connection, name: str) -> Any:
+    from google.protobuf import json_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from .deploy import _call, client
+
+    c = client(conn)
+    try:
+        js = _call(conn, f"reading the config of {name}", c.get_model_config, name, headers=conn.headers(),
+                   as_json=True)
+    finally:
+        c.close()
+    cfg = mc.ModelConfig()
+    json_format.ParseDict(js.get("config", js), cfg, ignore_unknown_fields=True)
+    return cfg
+
+
+def _batched(feeds: dict[str, np.ndarray], cfg: Any, batch_size: int) -> dict[str, np.ndarray]:
+    if batch_size == 1:
+        return feeds
+    if cfg.max_batch_size <= 0:
+        raise UsageError(f"--batch-size {batch_size}: {cfg.name} does not batch (max_batch_size 0)")
+    if batch_size > cfg.max_batch_size:
+        raise UsageError(f"--batch-size {batch_size} exceeds the model's max_batch_size {cfg.max_batch_size}")
+    return {k: np.concatenate([v] * batch_size, axis=0) for k, v in feeds.items()}
+
+
+def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int) -> tuple[dict, list[str]]:
+    from tritonclient.grpc import model_config_pb2 as mc
+    from tritonclient.utils import triton_to_np_dtype
+
+    batched = cfg.max_batch_size > 0
+    types = {i.name: triton_to_np_dtype(mc.DataType.Name(i.data_type).removeprefix("TYPE_").replace("STRING", "BYTES"))
+             for i in cfg.input}
+    if inputs is not None:
+        return _npz_for(inputs, types), []
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for i in cfg.input:
+        dims = ([1] if batched else []) + [d if d > 0 else 1 for d in i.dims]
+        dtype = types[i.name]
+        feeds[i.name] = (rng.standard_normal(dims).astype(dtype) if np.dtype(dtype).kind == "f"
+                         else np.zeros(dims, dtype=dtype))
+    note = ("inputs made from the server's config (-1 dims as 1, random floats, zero integers): give "
+            "DIR/NAME or --inputs for requests the model is known to accept")
+    return _batched(feeds, cfg, batch_size), [note]
+
+
+def _npz_for(path: str | os.PathLike, types: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The first sample of an .npz (or folder of them), checked against the server's inputs."""
+    from mcp_compiler.files import check_regular_input
+
+    path = Path(path)
+    files = sorted(path.glob("*.npz")) if path.is_dir() else [path]
+    if not files:
+        raise UsageError(f"--inputs {path}: no .npz files in the folder")
+    check_regular_input(files[0], "--inputs")
+    try:
+        with np.load(files[0], allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as e:  # noqa: BLE001 - zip or npy format errors of many kinds
+        raise UsageError(f"--inputs {files[0]}: not a readable .npz ({type(e).__name__}: {e})") from None
+    if set(arrays) != set(types):
+        raise UsageError(f"--inputs {files[0]}: arrays {sorted(arrays)}, the model's inputs are {sorted(types)}")
+    for k, a in arrays.items():
+        if a.dtype != np.dtype(types[k]):
+            raise UsageError(f"--inputs {files[0]}: array {k!r} is {a.dtype}, the input is {np.dtype(types[k])}")
+    return arrays
+
+
+def infer_inputs(feeds: dict[str, np.ndarray]) -> list:
+    import tritonclient.grpc.aio as aio
+    from tritonclient.utils import np_to_triton_dtype
+
+    out = []
+    for k, v in feeds.items():
+        t = aio.InferInput(k, list(v.shape), np_to_triton_dtype(v.dtype))
+        t.set_data_from_numpy(v)
+        out.append(t)
+    return out
+
+
+def aio_client(conn: Connection):  # noqa: ANN201 - tritonclient.grpc.aio.InferenceServerClient
+    import tritonclient.grpc.aio as aio
+
+    from .deploy import _path
+
+    if conn.protocol != "grpc":
+        raise UsageError("bench and tune measure over gRPC: give the server's gRPC port (--protocol grpc)")
+    return aio.InferenceServerClient(conn.url, ssl=conn.ssl, root_certificates=_path(conn.root_cert),
+                                     private_key=_path(conn.client_key), certificate_chain=_path(conn.client_cert))
+
+
+def measure_points(s: Served, loads: list[Load], *, batch_size: int = 1, window_s: float = 2.0,
+                   max_windows: int = 10, seconds: float | None = None, progress=None) -> list[Point]:  # noqa: ANN001
+    """Each load in turn, one client session."""
+    async def go() -> list[Point]:
+        c = aio_client(s.conn)
+        try:
+            await _check_ready(c, s)
+            inputs = infer_inputs(s.feeds)
+            points = []
+            for k, load in enumerate(loads):
+                if progress is not None:
+                    progress(k, len(loads), load)
+                points.append(await measure(c, s.name, inputs, load, batch_size=batch_size, window_s=window_s,
+                                            max_windows=max_windows, seconds=seconds, headers=s.conn.headers()))
+            return points
+        finally:
+            await c.close()
+
+    return asyncio.run(go())
+
+
+async def _check_ready(c, s: Served) -> None:  # noqa: ANN001
+    try:
+        ready = await c.is_model_ready(s.name, headers=s.conn.headers(), client_timeout=s.conn.timeout)
+    except Exception as e:  # noqa: BLE001 - grpc raises many kinds
+        raise _server_error(s.conn, e, f"checking {s.name}") from None
+    if not ready:
+        raise ServerError(f"{s.name} is not READY on {s.conn.describe()}")
+    if await _stats_missing(c, s):
+        raise ServerError(f"{s.conn.describe()} does not answer the statistics extension for {s.name}")
+
+
+async def _stats_missing(c, s: Served) -> bool:  # noqa: ANN001
+    try:
+        await c.get_inference_statistics(s.name, headers=s.conn.headers(), as_json=True, client_timeout=10)
+    except Exception:  # noqa: BLE001
+        return True
+    return False
+
+
+def bench(target: str | os.PathLike, loads: list[Load], conn: Connection | None = None, *, batch_size: int = 1,
+          window_s: float = 2.0, max_windows: int = 10, seconds: float | None = None,
+          inputs: str | os.PathLike | None = None, progress=None) -> BenchReport:  # noqa: ANN001
+    with served(target, conn, batch_size=batch_size, inputs=inputs) as s:
+        points = measure_points(s, loads, batch_size=batch_size, window_s=window_s, max_windows=max_windows,
+                                seconds=seconds, progress=progress)
+        notes = list(s.notes)
+        if s.server is not None:
+            notes.append(f"measured on a local tritonserver at grpc://{s.conn.url} started for this run")
+        return BenchReport(s.name, s.conn.describe(), batch_size, points, notes)

@@ -1,0 +1,236 @@
+"""Load on a served model, measured: perf_analyzer's job with tritonclient's asyncio gRPC client.
+
+Closed loop (`concurrency` clients, each sending its next request when the last one returns) or
+open loop (Poisson arrivals at `rate` requests per second, however the server keeps up). The
+load runs in measurement windows; a point is stable when three windows in a row agree within
+10% on throughput and on p99 latency (perf_analyzer's rule), or after `seconds` when a fixed
+duration is asked. Triton's statistics API, read around the windows, splits the server's time
+into queue and compute and gives the average batch it executed; the client's own CPU time says
+when the client, not the server, is the bottleneck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+STABLE_WINDOWS = 3
+STABLE_SPREAD = 0.10
+WARMUP_S = 0.5
+MAX_OUTSTANDING = 4096   # open loop: requests in flight beyond this are dropped (counted as errors)
+_REJECTED = ("queue size", "timeout expired", "exceeds maximum queue", "request timeout")
+
+
+@dataclass(frozen=True)
+class Load:
+    """One load point: `concurrency` clients in closed loop, or `rate` requests/s in open loop."""
+
+    concurrency: int | None = None
+    rate: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"concurrency {self.concurrency}" if self.concurrency else f"rate {self.rate:g}/s"
+
+
+@dataclass
+class Point:
+    """What one load point measured."""
+
+    load: str
+    concurrency: int | None
+    rate: float | None
+    batch_size: int
+    requests: int
+    seconds: float
+    throughput: float            # successful requests per second
+    infer_per_s: float           # throughput x batch size
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    mean_ms: float | None
+    errors: int                  # failed requests, rejections included
+    rejected: int                # refused by the server's queue policy (full queue, timeout)
+    error_sample: str | None
+    queue_ms: float | None       # server: average time a request waited in the queue
+    compute_ms: float | None     # server: average input + infer + output time per request
+    avg_batch: float | None      # server: requests per model execution
+    client_cpu: float            # the client's CPU time / wall time (1.0 = one core busy)
+    windows: int
+    stable: bool | None          # None: a fixed --seconds window, not checked
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class _Window:
+    latencies: list[float]
+    errors: int
+    rejected: int
+    seconds: float
+    cpu: float
+    stats: dict[str, float] | None
+    sample: str | None
+
+    @property
+    def throughput(self) -> float:
+        return len(self.latencies) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def p99(self) -> float:
+        return float(np.percentile(self.latencies, 99)) if self.latencies else float("inf")
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.errors = 0
+        self.rejected = 0
+        self.sample: str | None = None
+
+    def ok(self, seconds: float) -> None:
+        self.latencies.append(seconds)
+
+    def failed(self, e: BaseException) -> None:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        self.errors += 1
+        if any(k in msg.lower() for k in _REJECTED):
+            self.rejected += 1
+        self.sample = self.sample or msg[:300]
+
+
+async def server_stats(client, name: str, headers: dict | None) -> dict[str, float] | None:  # noqa: ANN001
+    """Cumulative counters of `name` (all versions) from Triton's statistics extension, or None."""
+    try:
+        js = await client.get_inference_statistics(name, headers=headers, as_json=True, client_timeout=10)
+    except Exception:  # noqa: BLE001 - a server without the extension: the split is left out
+        return None
+    out = {"success": 0.0, "queue_ns": 0.0, "compute_ns": 0.0, "count": 0.0, "inferences": 0.0, "executions": 0.0}
+    for m in js.get("model_stats", []):
+        s = m.get("inference_stats", {})
+        out["inferences"] += float(m.get("inference_count", 0))
+        out["executions"] += float(m.get("execution_count", 0))
+        out["success"] += float(s.get("success", {}).get("count", 0))
+        out["count"] += float(s.get("queue", {}).get("count", 0))
+        out["queue_ns"] += float(s.get("queue", {}).get("ns", 0))
+        out["compute_ns"] += sum(float(s.get(k, {}).get("ns", 0))
+                                 for k in ("compute_input", "compute_infer", "compute_output"))
+    return out
+
+
+async def measure(client, name: str, inputs: list, load: Load, *, batch_size: int = 1,  # noqa: ANN001
+                  window_s: float = 2.0, max_windows: int = 10, seconds: float | None = None,
+                  version: str = "", headers: dict | None = None, seed: int = 0) -> Point:
+    """Drive `load` on model `name` and measure it (see the module docstring)."""
+    rec = _Recorder()
+    stop = asyncio.Event()
+
+    async def one() -> None:
+        t0 = time.perf_counter()
+        try:
+            await client.infer(name, inputs, model_version=version, headers=headers, client_timeout=60)
+        except Exception as e:  # noqa: BLE001 - counted per request
+            rec.failed(e)
+            return
+        rec.ok(time.perf_counter() - t0)
+
+    async def closed() -> None:
+        while not stop.is_set():
+            await one()
+
+    async def open_loop() -> None:
+        rng = np.random.default_rng(seed)
+        pending: set[asyncio.Task] = set()
+        due = time.perf_counter()
+        while not stop.is_set():
+            due += float(rng.exponential(1.0 / load.rate))
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if len(pending) >= MAX_OUTSTANDING:
+                rec.failed(RuntimeError("client: too many requests in flight (the server does not keep up)"))
+                continue
+            t = asyncio.ensure_future(one())
+            pending.add(t)
+            t.add_done_callback(pending.discard)
+        if pending:
+            await asyncio.wait(pending, timeout=60)
+
+    workers = [asyncio.ensure_future(closed()) for _ in range(load.concurrency)] if load.concurrency \
+        else [asyncio.ensure_future(open_loop())]
+    windows: list[_Window] = []
+    try:
+        await asyncio.sleep(WARMUP_S)
+        length = seconds if seconds is not None else window_s
+        limit = 1 if seconds is not None else max_windows
+        while len(windows) < limit:
+            windows.append(await _window(client, name, headers, rec, length))
+            if seconds is None and _stable(windows):
+                break
+    finally:
+        stop.set()
+        await asyncio.wait(workers, timeout=90)
+    return _point(load, batch_size, windows, seconds)
+
+
+async def _window(client, name: str, headers: dict | None, rec: _Recorder, length: float) -> _Window:  # noqa: ANN001
+    before = await server_stats(client, name, headers)
+    rec.latencies, rec.errors, rec.rejected, rec.sample = [], 0, 0, None
+    t0, c0 = time.perf_counter(), time.process_time()
+    await asyncio.sleep(length)
+    lat, errors, rejected, sample = rec.latencies, rec.errors, rec.rejected, rec.sample
+    rec.latencies, rec.errors, rec.rejected = [], 0, 0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    after = await server_stats(client, name, headers)
+    stats = {k: after[k] - before[k] for k in after} if before is not None and after is not None else None
+    return _Window(lat, errors, rejected, wall, cpu / wall if wall > 0 else 0.0, stats, sample)
+
+
+def _stable(windows: list[_Window]) -> bool:
+    last = windows[-STABLE_WINDOWS:]
+    if len(last) < STABLE_WINDOWS or any(not w.latencies for w in last):
+        return False
+    for values in ([w.throughput for w in last], [w.p99 for w in last]):
+        mean = sum(values) / len(values)
+        if mean <= 0 or any(abs(v - mean) > STABLE_SPREAD * mean for v in values):
+            return False
+    return True
+
+
+def _point(load: Load, batch_size: int, windows: list[_Window], seconds: float | None) -> Point:
+    stable = None if seconds is not None else _stable(windows)
+    used = windows[-STABLE_WINDOWS:] if stable else windows   # unstable: everything measured
+    lat = np.asarray([x for w in used for x in w.latencies]) * 1e3
+    wall = sum(w.seconds for w in used)
+    n = len(lat)
+    stats = [w.stats for w in used]
+    queue_ms = compute_ms = avg_batch = None
+    notes = []
+    if all(s is not None for s in stats) and stats:
+        tot = {k: sum(s[k] for s in stats) for k in stats[0]}
+        if tot["count"] > 0:
+            queue_ms = tot["queue_ns"] / tot["count"] / 1e6
+            compute_ms = tot["compute_ns"] / tot["count"] / 1e6
+        if tot["executions"] > 0:
+            avg_batch = tot["inferences"] / tot["executions"] / max(batch_size, 1)
+    else:
+        notes.append("the server's statistics extension did not answer: no queue/compute split")
+    cpu = sum(w.cpu * w.seconds for w in used) / wall if wall > 0 else 0.0
+    if cpu > 0.8:
+        notes.append(f"the client used {cpu:.0%} of a core: it may be the bottleneck, not the server")
+    if stable is False:
+        notes.append(f"not stable after {len(windows)} windows (3 in a row within 10%): figures over all of them")
+    pct = (lambda q: round(float(np.percentile(lat, q)), 3)) if n else (lambda q: None)
+    return Point(load.label, load.concurrency, load.rate, batch_size, n, round(wall, 3),
+                 round(n / wall, 2) if wall else 0.0, round(n * batch_size / wall, 2) if wall else 0.0,
+                 pct(50), pct(90), pct(99), round(float(lat.mean()), 3) if n else None,
+                 sum(w.errors for w in used), sum(w.rejected for w in used),
+                 next((w.sample for w in used if w.sample), None),
+                 None if queue_ms is None else round(queue_ms, 3), None if compute_ms is None else round(compute_ms, 3),
+                 None if avg_batch is None else round(avg_batch, 2), round(cpu, 3), len(windows), stable, notes)

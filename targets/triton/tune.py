@@ -1,0 +1,443 @@
+"""`mcp-cli tune`: choose a served model's serving parameters for a latency SLO, on the local Triton.
+
+Model Analyzer's job in one process. The entry's own config is measured first (the baseline); then
+trials within the time budget, each a reload of the model with a config override (the repository
+extension's `config` load parameter), measured at the one given load. The search is greedy by
+stages, each stage starting from the best setting so far:
+
+1. dynamic batching off, or on with a queue delay of 0, 100, 500 or 2000 us (an entry written
+   without batching gets it when its model has one batch dim on every input and output: the
+   config then loses that leading dim, max batch 8);
+2. instance count and onnxruntime intra-op threads within the cores (instances x threads <= cores);
+3. max and preferred batch size around the load (batching models).
+
+The best trial is the highest throughput whose p99 meets the SLO with no failed request (or, with
+objective "latency", the lowest p99). Each trial also records the serving processes' peak memory
+(the server and its python-backend stubs, which grow with instances), and one last trial measures
+the chosen setting with `inference_timeout_ms` at the SLO: the share of requests the queue policy
+then rejects (timeout vs SLO attainment).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from mcp_compiler.errors import McpError, UsageError
+
+from .bench import Served, load_model, measure_points, served
+from .loadgen import WARMUP_S, Load, Point
+
+DELAYS_US = (0, 100, 500, 2000)
+DEFAULT_MAX_BATCH = 8         # when tune turns batching on (convert's default)
+LOAD_SECONDS = 3.0            # a reload, roughly (python backend + onnxruntime session)
+
+
+class SloNotMetError(McpError):
+    """No trial met the latency SLO."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The serving parameters a trial sets (config.pbtxt fields and the runtime's parameter)."""
+
+    dynamic_batching: bool
+    max_batch_size: int
+    preferred_batch_size: tuple[int, ...] = ()
+    max_queue_delay_us: int = 0
+    instance_count: int = 1
+    intra_op_threads: int = 0          # 0: onnxruntime's default (all cores)
+    max_queue_size: int = 0            # 0: unbounded
+    inference_timeout_ms: int = 0      # 0: none
+
+    @classmethod
+    def of(cls, cfg: Any) -> Setting:
+        db = cfg.dynamic_batching if cfg.HasField("dynamic_batching") else None
+        q = db.default_queue_policy if db is not None else None
+        threads = cfg.parameters["intra_op_threads"].string_value if "intra_op_threads" in cfg.parameters else ""
+        return cls(db is not None, cfg.max_batch_size, tuple(db.preferred_batch_size) if db else (),
+                   db.max_queue_delay_microseconds if db else 0,
+                   sum(g.count or 1 for g in cfg.instance_group) or 1, int(threads or 0),
+                   q.max_queue_size if q else 0, (q.default_timeout_microseconds // 1000) if q else 0)
+
+    def config(self, base: Any) -> Any:
+        """`base` (a ModelConfig) with this setting. Turning batching on for an entry written
+        without it drops the leading (batch) dim of every input and output; off, puts it back."""
+        from tritonclient.grpc import model_config_pb2 as mc
+
+        cfg = copy.deepcopy(base)
+        if (base.max_batch_size > 0) != (self.max_batch_size > 0):
+            for t in [*cfg.input, *cfg.output]:
+                dims = list(t.dims[1:]) if self.max_batch_size > 0 else [-1, *t.dims]
+                del t.dims[:]
+                t.dims.extend(dims)
+        cfg.max_batch_size = self.max_batch_size
+        cfg.ClearField("dynamic_batching")
+        if self.dynamic_batching:
+            db = cfg.dynamic_batching
+            db.SetInParent()
+            db.preferred_batch_size.extend(self.preferred_batch_size)
+            db.max_queue_delay_microseconds = self.max_queue_delay_us
+            if self.max_queue_size:
+                db.default_queue_policy.max_queue_size = self.max_queue_size
+            if self.inference_timeout_ms:
+                db.default_queue_policy.timeout_action = mc.ModelQueuePolicy.REJECT
+                db.default_queue_policy.default_timeout_microseconds = self.inference_timeout_ms * 1000
+        kind = cfg.instance_group[0].kind if cfg.instance_group else mc.ModelInstanceGroup.KIND_CPU
+        cfg.ClearField("instance_group")
+        cfg.instance_group.add(count=self.instance_count, kind=kind)
+        if self.intra_op_threads:
+            cfg.parameters["intra_op_threads"].string_value = str(self.intra_op_threads)
+        elif "intra_op_threads" in cfg.parameters:
+            del cfg.parameters["intra_op_threads"]
+        return cfg
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["preferred_batch_size"] = list(self.preferred_batch_size)
+        return d
+
+
+@dataclass
+class Trial:
+    setting: Setting
+    point: Point | None
+    peak_rss_mb: float | None
+    error: str | None = None
+    meets_slo: bool = False
+
+    def to_dict(self) -> dict:
+        p = self.point
+        return {"config": self.setting.to_dict(), "throughput": p.throughput if p else None,
+                "p50_ms": p.p50_ms if p else None, "p90_ms": p.p90_ms if p else None,
+                "p99_ms": p.p99_ms if p else None, "errors": p.errors if p else None,
+                "rejected": p.rejected if p else None,
+                "rejected_fraction": round(p.rejected / max(p.requests + p.errors, 1), 4) if p else None,
+                "avg_batch": p.avg_batch if p else None, "queue_ms": p.queue_ms if p else None,
+                "compute_ms": p.compute_ms if p else None, "peak_rss_mb": self.peak_rss_mb,
+                "meets_slo": self.meets_slo, "error": self.error}
+
+
+@dataclass
+class TuneReport:
+    model: str
+    load: str
+    slo_p99_ms: float
+    objective: str
+    baseline: Trial
+    best: Trial | None
+    trials: list[Trial]
+    timeout_trial: Trial | None
+    budget_s: float
+    spent_s: float
+    applied: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "load": self.load, "slo_p99_ms": self.slo_p99_ms, "objective": self.objective,
+                "baseline": self.baseline.to_dict(), "best": self.best.to_dict() if self.best else None,
+                "trials": [t.to_dict() for t in self.trials],
+                "timeout_trial": self.timeout_trial.to_dict() if self.timeout_trial else None,
+                "budget_s": self.budget_s, "spent_s": round(self.spent_s, 1), "applied": self.applied,
+                "notes": self.notes}
+
+
+def trial_seconds(window_s: float, windows: int = 3) -> float:
+    """About what one trial takes: a reload, the warm-up, `windows` windows (three at the least,
+    when the first three agree)."""
+    return LOAD_SECONDS + WARMUP_S + windows * window_s
+
+
+def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: float = 120.0,
+         objective: str = "throughput", window_s: float = 1.0, max_windows: int = 6,
+         inputs: str | os.PathLike | None = None, cores: int | None = None,
+         progress: Callable[[str], None] | None = None) -> TuneReport:
+    """Search the serving parameters of `entry` (DIR/NAME) at `load` (see the module docstring)."""
+    if objective not in ("throughput", "latency"):
+        raise UsageError(f"--objective must be throughput or latency, got {objective!r}")
+    if slo_p99_ms <= 0:
+        raise UsageError(f"--slo-p99-ms must be positive, got {slo_p99_ms}")
+    need = trial_seconds(window_s)
+    most = trial_seconds(window_s, max_windows)   # a trial that never settles: what the budget must still hold
+    if budget_s < need:
+        raise UsageError(f"--budget-s {budget_s:g} is too small for one trial (about {need:.0f} s: a reload "
+                         f"and three {window_s:g} s windows)")
+    cores = cores or os.cpu_count() or 1
+    t0 = time.monotonic()
+    say = progress or (lambda _msg: None)
+    batchable = _batchable(Path(entry))
+    with served(entry, None, inputs=inputs) as s:
+        original = copy.deepcopy(s.config)
+        search = _Search(s, load, slo_p99_ms, objective, window_s, max_windows)
+        try:
+            baseline = search.run(Setting.of(original), "baseline")
+            say(_line(0, baseline, None, slo_p99_ms))
+            for stage in (_batching, _instances, _batch_sizes):
+                for setting in stage(search.best_setting(baseline), cores, load, batchable):
+                    if time.monotonic() - t0 + most > budget_s:
+                        break
+                    if setting in search.seen:
+                        continue
+                    trial = search.run(setting)
+                    say(_line(len(search.trials) - 1, trial, search.best(), slo_p99_ms))
+            best = search.best()
+            timeout_trial = None
+            chosen = best or baseline
+            if chosen.setting.dynamic_batching and time.monotonic() - t0 + most <= budget_s:
+                timeout_trial = search.run(replace(chosen.setting, inference_timeout_ms=max(1, round(slo_p99_ms))),
+                                           "timeout", rank=False)
+                say(f"timeout trial: inference_timeout_ms {max(1, round(slo_p99_ms))}: "
+                    f"{timeout_trial.to_dict()['rejected_fraction']} of requests rejected")
+        finally:
+            # the model as it was (Ctrl-C included); the server stops on the way out of served()
+            try:
+                load_model(s, _json(original, s.name))
+            except McpError:
+                pass
+    notes = []
+    if search.trials and all(t.point is None for t in search.trials):
+        notes.append("every trial failed to load or measure")
+    return TuneReport(s.name, load.label, slo_p99_ms, objective, baseline, best,
+                      search.trials, timeout_trial, budget_s, time.monotonic() - t0, notes=notes)
+
+
+class _Search:
+    def __init__(self, s: Served, load: Load, slo: float, objective: str, window_s: float, max_windows: int) -> None:
+        self.s, self.load, self.slo, self.objective = s, load, slo, objective
+        self.window_s, self.max_windows = window_s, max_windows
+        self.trials: list[Trial] = []
+        self.seen: set[Setting] = set()
+        self.base = copy.deepcopy(s.config)
+
+    def run(self, setting: Setting, kind: str = "trial", rank: bool = True) -> Trial:
+        self.seen.add(setting)
+        watch = _PeakRss(self.s.server.proc.pid if self.s.server is not None else None)
+        try:
+            load_model(self.s, _json(setting.config(self.base), self.s.name))
+            with watch:
+                point = measure_points(self.s, [self.load], window_s=self.window_s, max_windows=self.max_windows)[0]
+            trial = Trial(setting, point, watch.peak_mb)
+        except McpError as e:
+            trial = Trial(setting, None, watch.peak_mb, error=str(e))
+        p = trial.point
+        trial.meets_slo = bool(p and p.p99_ms is not None and p.p99_ms <= self.slo and p.errors == 0)
+        if rank:
+            self.trials.append(trial)
+        return trial
+
+    def _key(self, t: Trial) -> float:
+        return t.point.throughput if self.objective == "throughput" else -(t.point.p99_ms or float("inf"))
+
+    def best(self) -> Trial | None:
+        ok = [t for t in self.trials if t.meets_slo] if self.objective == "throughput" else \
+            [t for t in self.trials if t.point and t.point.errors == 0 and t.point.p99_ms is not None]
+        return max(ok, key=self._key) if ok else None
+
+    def best_setting(self, baseline: Trial) -> Setting:
+        """Where the next stage starts: the best so far, or (none met the SLO) the lowest p99."""
+        b = self.best()
+        if b is not None:
+            return b.setting
+        measured = [t for t in self.trials if t.point and t.point.p99_ms is not None]
+        return min(measured, key=lambda t: t.point.p99_ms).setting if measured else baseline.setting
+
+
+def _batching(start: Setting, cores: int, load: Load, batchable: bool) -> list[Setting]:
+    if start.max_batch_size <= 0:
+        if not batchable:
+            return []
+        # an entry written without batching whose model has a batch dim everywhere: batching on
+        start = replace(start, max_batch_size=DEFAULT_MAX_BATCH)
+        return [replace(start, dynamic_batching=True, max_queue_delay_us=d) for d in DELAYS_US]
+    out = [replace(start, dynamic_batching=False, preferred_batch_size=(), max_queue_delay_us=0)]
+    out += [replace(start, dynamic_batching=True, max_queue_delay_us=d) for d in DELAYS_US]
+    return out
+
+
+def _batchable(entry: Path) -> bool:
+    """Whether the entry's model can take batching: one batch symbol at axis 0 of every input
+    and output (config.batch_blocker), each of rank 2 or more (dims left after the batch)."""
+    from .config import batch_blocker, interface
+    from .deploy import read_entry
+
+    cfg, _, local, _ = read_entry(entry, None)
+    if cfg.max_batch_size > 0:
+        return True
+    if (local / "model.mcpir").is_file():
+        from mcp_compiler.mcpir import read_mcpir
+
+        model = read_mcpir(local / "model.mcpir")
+    else:
+        from mcp_compiler.frontend import load_onnx
+
+        model = load_onnx(local / "model.onnx", check=False, infer_shapes=False).model
+    ins, outs = interface(model)
+    return batch_blocker(model) is None and all(len(v.type.shape) >= 2 for v in [*ins, *outs])
+
+
+def _instances(start: Setting, cores: int, load: Load, batchable: bool) -> list[Setting]:
+    out = []
+    for n in sorted({1, 2, cores} - {0}):
+        if n > cores:
+            continue
+        for threads in sorted({1, max(1, cores // n)}):
+            out.append(replace(start, instance_count=n, intra_op_threads=threads))
+    return out
+
+
+def _batch_sizes(start: Setting, cores: int, load: Load, batchable: bool) -> list[Setting]:
+    if not start.dynamic_batching or start.max_batch_size <= 1:
+        return []
+    clients = load.concurrency or 8
+    sizes = sorted({b for b in (max(1, start.max_batch_size // 2), start.max_batch_size * 2, clients)
+                    if 1 <= b <= 1024} - {start.max_batch_size})
+    out = [replace(start, max_batch_size=b, preferred_batch_size=tuple(p for p in start.preferred_batch_size if p <= b))
+           for b in sizes]
+    pref = min(clients, start.max_batch_size)
+    if pref > 1 and start.preferred_batch_size != (pref,):
+        out.append(replace(start, preferred_batch_size=(pref,)))
+    return out
+
+
+def _json(cfg: Any, name: str) -> str:
+    from google.protobuf import json_format
+
+    cfg = copy.deepcopy(cfg)
+    cfg.name = name
+    return json_format.MessageToJson(cfg, preserving_proto_field_name=True)
+
+
+def _line(k: int, t: Trial, best: Trial | None, slo: float) -> str:
+    p = t.point
+    what = "baseline" if k == 0 else f"trial {k}"
+    if p is None:
+        return f"{what}: {describe(t.setting)}: failed: {t.error}"
+    ok = "meets" if t.meets_slo else "misses"
+    tail = f"; best so far {best.point.throughput:.0f} req/s at p99 {best.point.p99_ms} ms" if best else ""
+    return (f"{what}: {describe(t.setting)}: {p.throughput:.0f} req/s, p99 {p.p99_ms} ms ({ok} {slo:g} ms)"
+            f"{', ' + str(p.errors) + ' errors' if p.errors else ''}{tail}")
+
+
+def describe(s: Setting) -> str:
+    db = f"batching delay {s.max_queue_delay_us} us" if s.dynamic_batching else "no batching"
+    pref = f" preferred {list(s.preferred_batch_size)}" if s.preferred_batch_size else ""
+    thr = f" x {s.intra_op_threads} threads" if s.intra_op_threads else ""
+    return f"{db}, max batch {s.max_batch_size}{pref}, {s.instance_count} instance(s){thr}"
+
+
+def apply(entry: str | os.PathLike, setting: Setting) -> Path:
+    """Rewrite DIR/NAME/config.pbtxt with `setting`, atomically (through the ModelConfig protobuf)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from mcp_compiler.files import follow_umask
+
+    path = Path(entry) / "config.pbtxt"
+    cfg = text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
+    text = text_format.MessageToString(setting.config(cfg))
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        follow_umask(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+class _PeakRss:
+    """The peak resident memory of a process and its children (the server and its stubs)."""
+
+    def __init__(self, pid: int | None, every: float = 0.2) -> None:
+        self.pid, self.every = pid, every
+        self.peak_mb: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _PeakRss:
+        if self.pid is not None:
+            self._thread = threading.Thread(target=self._watch, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            mb = tree_rss_mb(self.pid)
+            if mb is not None:
+                self.peak_mb = round(max(self.peak_mb or 0.0, mb), 1)
+            self._stop.wait(self.every)
+
+
+def tree_rss_mb(pid: int) -> float | None:
+    """Resident memory of `pid` and its descendants, MB (Linux /proc), or None."""
+    try:
+        children: dict[int, list[int]] = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat", "rb") as f:
+                        ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                children.setdefault(ppid, []).append(int(d))
+        total, todo = 0, [pid]
+        while todo:
+            p = todo.pop()
+            todo += children.get(p, [])
+            try:
+                with open(f"/proc/{p}/statm") as f:
+                    total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            except (OSError, ValueError, IndexError):
+                continue
+        return total / 2**20
+    except OSError:
+        return None
+
+
+def write_report(report: TuneReport, path: str | os.PathLike) -> None:
+    Path(path).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+
+def plot(report: TuneReport, path: str | os.PathLike) -> None:
+    """p99 vs throughput of every trial, the Pareto front, the SLO line, baseline and best."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [(t.point.throughput, t.point.p99_ms) for t in report.trials if t.point and t.point.p99_ms is not None]
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    if pts:
+        ax.scatter([x for x, _ in pts], [y for _, y in pts], s=22, color="#7f8c8d", label="trials")
+        front, best_y = [], float("inf")
+        for x, y in sorted(pts, key=lambda p: (-p[0], p[1])):   # most throughput first
+            if y < best_y:
+                front.append((x, y))
+                best_y = y
+        front.sort()
+        ax.plot([x for x, _ in front], [y for _, y in front], "-o", color="#2980b9", markersize=4, label="Pareto front")
+    ax.axhline(report.slo_p99_ms, color="#c0392b", linestyle="--", label=f"SLO p99 {report.slo_p99_ms:g} ms")
+    for t, mark, color, label in ((report.baseline, "s", "#8e44ad", "baseline"), (report.best, "*", "#27ae60", "best")):
+        if t is not None and t.point is not None and t.point.p99_ms is not None:
+            ax.scatter([t.point.throughput], [t.point.p99_ms], marker=mark, s=140, color=color, label=label, zorder=3)
+    ax.set_xlabel("throughput (requests/s)")
+    ax.set_ylabel("p99 latency (ms)")
+    ax.set_title(f"{report.model}: {report.load}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

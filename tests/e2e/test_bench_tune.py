@@ -1,0 +1,140 @@
+"""`mcp-cli bench` and `mcp-cli tune` on a real tritonserver on 127.0.0.1 (the golden MLP)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from _helpers import GOLDEN
+
+from mcp_compiler import CompileOptions, compile_model
+
+pytestmark = pytest.mark.slow  # a real Triton
+
+pytest.importorskip("pytriton", reason="nvidia-pytriton not installed: no tritonserver to measure")
+
+CLI = [sys.executable, "-m", "mcp_compiler.cli"]
+
+
+def _cli(*args: str):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def entry(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bench")
+    compile_model(GOLDEN / "mlp" / "model.onnx", d / "repo", CompileOptions.for_target("triton-v1.12", "mlp"))
+    return d / "repo" / "mlp"
+
+
+def test_bench_closed_and_open_loop(entry, tmp_path):
+    csv = tmp_path / "points.csv"
+    r = _cli("bench", str(entry), "--concurrency", "1,4", "--rate", "200", "--seconds", "1.5", "--batch-size", "2",
+             "--csv", str(csv), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["ok"] and out["batch_size"] == 2
+    points = out["points"]
+    assert [p["load"] for p in points] == ["concurrency 1", "concurrency 4", "rate 200/s"]
+    for p in points:
+        assert p["requests"] > 0 and p["errors"] == 0 and p["throughput"] > 0
+        assert p["infer_per_s"] == pytest.approx(2 * p["throughput"], rel=0.01)
+        assert 0 < p["p50_ms"] <= p["p90_ms"] <= p["p99_ms"]
+        # the server's own split, from its statistics extension
+        assert p["compute_ms"] > 0 and p["queue_ms"] >= 0 and p["avg_batch"] >= 1
+        assert 0 <= p["client_cpu"] < 2
+    # open loop at 200/s over 1.5 s: the arrivals are Poisson, the count near 300
+    assert 150 < points[2]["requests"] < 450
+    assert csv.read_text().splitlines()[0].startswith("load,concurrency,rate,batch_size")
+    assert len(csv.read_text().splitlines()) == 4
+
+
+def test_bench_until_stable_and_against_a_running_server(entry):
+    from mcp_compiler.targets.triton.bench import bench
+    from mcp_compiler.targets.triton.deploy import Connection
+    from mcp_compiler.targets.triton.loadgen import Load
+    from mcp_compiler.targets.triton.serve import TritonServer
+
+    with TritonServer(entry.parent) as server:
+        r = bench("mlp", [Load(concurrency=2)], Connection(server.grpc_url), window_s=0.5, max_windows=8)
+    p = r.points[0]
+    assert p.windows >= 3 and p.stable in (True, False) and p.requests > 0 and p.errors == 0
+    # a model known only by name: requests made from the server's config, and said so
+    assert any("server's config" in n for n in r.notes)
+
+
+def test_bench_bad_input(entry, tmp_path):
+    r = _cli("bench", str(entry), "--concurrency", "0")
+    assert r.returncode == 2 and "--concurrency" in r.stderr
+    r = _cli("bench", str(tmp_path), "--seconds", "1")
+    assert r.returncode == 2 and "not a model repository entry" in r.stderr
+    r = _cli("bench", "mlp", "--url", "127.0.0.1:1", "--seconds", "1")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "127.0.0.1:1" in r.stderr, r.stderr
+
+
+def test_tune_finds_a_setting_and_applies_it(entry, tmp_path):
+    work = tmp_path / "repo" / "mlp"
+    shutil.copytree(entry, work)
+    before = (work / "config.pbtxt").read_text()
+    report, plot = tmp_path / "r.json", tmp_path / "p.png"
+    r = _cli("tune", str(work), "--slo-p99-ms", "1000", "--concurrency", "4", "--budget-s", "60",
+             "--window-s", "0.5", "--report", str(report), "--plot", str(plot), "--apply")
+    assert r.returncode == 0, r.stderr
+    assert "baseline:" in r.stderr and "trial 1:" in r.stderr   # progress
+    rep = json.loads(report.read_text())
+    for key in ("config", "throughput", "p50_ms", "p99_ms"):
+        assert key in rep["baseline"] and key in rep["best"]
+    assert len(rep["trials"]) >= 3 and rep["spent_s"] <= 60 + 30
+    assert all(t["peak_rss_mb"] and t["peak_rss_mb"] > 30 for t in rep["trials"] if t["throughput"])
+    best = max((t for t in rep["trials"] if t["meets_slo"]), key=lambda t: t["throughput"])
+    assert rep["best"]["throughput"] == best["throughput"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    after = (work / "config.pbtxt").read_text()
+    if rep["best"]["config"] != rep["baseline"]["config"]:
+        assert rep["applied"] and after != before
+        from google.protobuf import text_format
+        from tritonclient.grpc import model_config_pb2 as mc
+
+        cfg = text_format.Parse(after, mc.ModelConfig())
+        assert cfg.instance_group[0].count == rep["best"]["config"]["instance_count"]
+        assert cfg.HasField("dynamic_batching") == rep["best"]["config"]["dynamic_batching"]
+    else:
+        assert after == before
+
+
+def test_tune_slo_not_met_and_bad_budget(entry, tmp_path):
+    r = _cli("tune", str(entry), "--slo-p99-ms", "0.001", "--concurrency", "2", "--budget-s", "12",
+             "--window-s", "0.3", "--report", str(tmp_path / "r.json"))
+    assert r.returncode == 1 and "no trial met p99 <= 0.001 ms" in r.stderr and "best p99 seen" in r.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["best"] is None
+    r = _cli("tune", str(entry), "--slo-p99-ms", "5", "--budget-s", "1")
+    assert r.returncode == 2 and "too small for one trial" in r.stderr
+
+
+def test_tune_turns_batching_on_for_an_entry_written_without(tmp_path):
+    """An MLP converted with --dynamic-batch false (max_batch_size 0, the batch dim in the dims):
+    its model has one batch symbol everywhere, so tune tries batching, and --apply writes the
+    batched form (leading dim dropped) when a batched trial wins."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    repo = tmp_path / "repo"
+    compile_model(GOLDEN / "mlp" / "model.onnx", repo, CompileOptions.for_target(
+        "triton-v1.12", "mlp", settings={"dynamic_batch": False}))
+    report = tmp_path / "r.json"
+    r = _cli("tune", str(repo / "mlp"), "--slo-p99-ms", "1000", "--concurrency", "8", "--budget-s", "40",
+             "--window-s", "0.3", "--report", str(report), "--apply")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(report.read_text())
+    assert rep["baseline"]["config"]["max_batch_size"] == 0
+    batched = [t for t in rep["trials"] if t["config"]["dynamic_batching"]]
+    assert batched and all(t["config"]["max_batch_size"] > 0 and t["errors"] == 0 for t in batched)
+    cfg = text_format.Parse((repo / "mlp" / "config.pbtxt").read_text(), mc.ModelConfig())
+    if rep["best"]["config"]["dynamic_batching"]:
+        assert cfg.max_batch_size > 0 and list(cfg.input[0].dims) == [16]
+    # the entry still serves what it says
+    b = _cli("bench", str(repo / "mlp"), "--concurrency", "2", "--seconds", "0.5", "--json")
+    assert b.returncode == 0 and json.loads(b.stdout)["points"][0]["errors"] == 0, b.stderr
