@@ -123,3 +123,24 @@ def test_folds_inside_if_branches_and_equal_results_count_once(tmp_path):
         feeds = {"x": x, "flag": np.array(flag)}
         for a, b in zip(ort_run(original, feeds), ort_run(to_onnx(model), feeds)):
             np.testing.assert_array_equal(b, a)
+
+
+def test_a_weight_that_is_also_an_input_is_not_freed(tmp_path):
+    """IR < 4 style: W is an initializer and a graph input (a caller may override it), so folding
+    Unsqueeze(W) would store a second copy: the weights would grow. Nor does a small float result
+    fold for nothing (a 16-byte ConstantOfShape output is a generated weight)."""
+    from mcp_compiler.passes.normalize import FoldConstantsPass
+
+    w = numpy_helper.from_array(np.arange(64, dtype=np.float32), "w")
+    shape = numpy_helper.from_array(np.array([4], np.int64), "shape")
+    nodes = [helper.make_node("Unsqueeze", ["w", "ax"], ["wu"]), helper.make_node("Mul", ["x", "wu"], ["y"]),
+             helper.make_node("ConstantOfShape", ["shape"], ["ones"], value=numpy_helper.from_array(np.ones(1, np.float32))),
+             helper.make_node("Add", ["x4", "ones"], ["z"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2, 64]),
+                                       helper.make_tensor_value_info("x4", F, [4]),
+                                       helper.make_tensor_value_info("w", F, [64])],
+                          [helper.make_tensor_value_info("y", F, [2, 64]), helper.make_tensor_value_info("z", F, [4])],
+                          [w, shape, numpy_helper.from_array(np.array([0], np.int64), "ax")])
+    original, model = _load(tmp_path, g)
+    r = _run(FoldConstantsPass(), model)
+    assert not r.modified and _ops(model) == ["Unsqueeze", "Mul", "ConstantOfShape", "Add"]
