@@ -81,6 +81,11 @@ def test_zoo_json_and_report_are_one_schema(tmp_path):
     (["status", "--url", "127.0.0.1:{port}", "--timeout", "2"], "ServerUnreachableError"),
     (["undeploy", "m", "--url", "127.0.0.1:{port}", "--timeout", "2"], "ServerUnreachableError"),
     (["deploy", "x", "--url", "http://h:1"], "UsageError"),
+    (["bench", "no/such/entry"], "UsageError"),
+    (["bench", "m", "--url", "127.0.0.1:{port}", "--timeout", "2"], "ServerUnreachableError"),
+    (["bench", "m", "--concurrency", "4,x"], "UsageError"),
+    (["tune", "no/such/entry", "--slo-p99-ms", "5"], "UsageError"),
+    (["tune", "no/such/entry", "--slo-p99-ms", "5", "--concurrency", "2", "--rate", "9"], "UsageError"),
 ])
 def test_error_envelopes(args, kind, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
@@ -93,4 +98,4 @@ def test_every_command_is_covered():
     """A new command gets a --json envelope case here."""
     names = {c.name or c.callback.__name__ for c in app.registered_commands}
     assert names == {"convert", "inspect", "passes", "targets", "zoo", "serve", "verify", "deploy",
-                     "status", "undeploy"}
+                     "status", "undeploy", "bench", "tune"}
