@@ -53,6 +53,7 @@ def serve(
 
     def body() -> None:
         import signal
+        import sys
 
         from .serve import TritonServer
 
@@ -70,8 +71,13 @@ def serve(
         try:
             with rep.status("starting tritonserver"):
                 server.start()
-            _serving(rep, server, repository, notes)
-            failed = _wait(server)
+            try:
+                # the Ctrl-C that the last line printed invites may come before _wait's loop starts
+                _serving(rep, server, repository, notes)
+                _wait(server)
+            except KeyboardInterrupt:
+                sys.stderr.write("stopping tritonserver\n")
+            failed = False
         finally:
             # the temporary folder goes, unless an error names the log in it
             server.close(keep_log=failed and server.log_path.exists() and server.proc is not None)
@@ -112,17 +118,12 @@ def _serving(rep, server, repository: Path, notes: list[str]) -> None:  # noqa: 
     rep.out.print("Ctrl-C stops it.", markup=False)
 
 
-def _wait(server) -> bool:  # noqa: ANN001 - serve.TritonServer
-    """Until Ctrl-C or SIGTERM (False: stopped as asked); the server exiting by itself raises."""
-    import sys
+def _wait(server) -> None:  # noqa: ANN001 - serve.TritonServer
+    """Until Ctrl-C or SIGTERM (KeyboardInterrupt); the server exiting by itself raises."""
     import time
 
-    try:
-        while server.proc.poll() is None:
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        sys.stderr.write("stopping tritonserver\n")
-        return False
+    while server.proc.poll() is None:
+        time.sleep(0.5)
     raise ServerError(f"tritonserver exited with code {server.proc.returncode} (log: {server.log_path})")
 
 
