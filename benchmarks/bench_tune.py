@@ -2,7 +2,7 @@
 asyncio client loop; tune on three models; our python-backend runtime vs a hand-written one vs
 onnxruntime in-process.
 
-    python benchmarks/bench_tune.py [--runs 3] [--seconds 5] [--budget-s 90] [--quick]
+    python benchmarks/bench_tune.py [--runs 3] [--seconds 5] [--budget-s 90] [--pairs 8] [--quick]
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ class TritonPythonModel:
 '''
 
 
-def plain_loop(url: str, name: str, feeds: dict, concurrency: int, seconds: float) -> float:
-    """The simplest asyncio client: `concurrency` tasks awaiting infer in a loop; req/s."""
-    async def go() -> float:
+def plain_loop(url: str, name: str, feeds: dict, concurrency: int, seconds: float) -> tuple[float, float]:
+    """The simplest asyncio client: `concurrency` tasks awaiting infer in a loop; (req/s, client CPU us/request)."""
+    async def go() -> tuple[float, float]:
         c = aio_client(Connection(url))
         inputs = infer_inputs(feeds)
         done = 0
@@ -70,11 +70,11 @@ def plain_loop(url: str, name: str, feeds: dict, concurrency: int, seconds: floa
             while time.perf_counter() < stop:
                 await c.infer(name, inputs)
                 done += 1
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         await c.close()
-        return done / wall
+        return done / wall, cpu / max(done, 1) * 1e6
     return asyncio.run(go())
 
 
@@ -105,26 +105,39 @@ def in_process(src: Path, feeds: dict, concurrency: int, seconds: float) -> tupl
     return len(lat) / wall, float(np.percentile(np.asarray(lat) * 1e3, 99))
 
 
-def loadgen_vs_plain(repo: Path, runs: int, seconds: float) -> list[list]:
+def loadgen_vs_plain(repo: Path, pairs: int, seconds: float) -> tuple[list[list], str]:
+    """Alternating runs of both clients (which goes first alternates too); medians and the paired ratios."""
     with TritonServer(repo) as server:
         conn = Connection(server.grpc_url)
-        cfg_feeds = {"x": np.random.default_rng(0).standard_normal((1, 256)).astype(np.float32)}
-        s = Served(conn, "mlp_db", None, cfg_feeds)
-        ours, plain, cpu_us = [], [], []
-        measure_points(s, [Load(concurrency=16)], seconds=1.0)   # warm-up
-        for _ in range(runs):
+        feeds = {"x": np.random.default_rng(0).standard_normal((1, 256)).astype(np.float32)}
+        s = Served(conn, "mlp_nb", None, feeds)
+        measure_points(s, [Load(concurrency=16)], seconds=1.0)   # warm-up, both clients
+        plain_loop(server.grpc_url, "mlp_nb", feeds, 16, 1.0)
+        ours, plain = [], []
+
+        def run_ours() -> None:
             p = measure_points(s, [Load(concurrency=16)], seconds=seconds)[0]
-            ours.append(p.throughput)
-            cpu_us.append(p.client_cpu * p.seconds / max(p.requests, 1) * 1e6)
-            plain.append(plain_loop(server.grpc_url, "mlp_db", cfg_feeds, 16, seconds))
-            print("loadgen", ours[-1], "plain", plain[-1], "cpu us/req", cpu_us[-1], flush=True)
-    o, q = statistics.median(ours), statistics.median(plain)
-    return [["mcp-cli bench load generator", f"{o:,.0f}", f"{statistics.median(cpu_us):.0f}", f"{o / q:.3f}"],
-            ["plain asyncio loop (16 tasks awaiting infer)", f"{q:,.0f}", "", "1.000"]]
+            ours.append((p.throughput, p.client_cpu * p.seconds / max(p.requests, 1) * 1e6))
+
+        def run_plain() -> None:
+            plain.append(plain_loop(server.grpc_url, "mlp_nb", feeds, 16, seconds))
+        for k in range(pairs):
+            for f in (run_ours, run_plain) if k % 2 == 0 else (run_plain, run_ours):
+                f()
+            print("loadgen", ours[-1], "plain", plain[-1], flush=True)
+    ratios = sorted(o[0] / q[0] for o, q in zip(ours, plain))
+    med = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731
+    rows = [["mcp-cli bench load generator", f"{med(ours, 0):,.0f}", f"{med(ours, 1):.0f}",
+             f"{statistics.median(ratios):.3f}"],
+            ["plain asyncio loop (16 tasks awaiting infer)", f"{med(plain, 0):,.0f}", f"{med(plain, 1):.0f}", "1.000"]]
+    q1, q3 = statistics.quantiles(ratios, n=4)[0], statistics.quantiles(ratios, n=4)[2]
+    return rows, f"paired ratios: median {statistics.median(ratios):.3f}, quartiles {q1:.3f}-{q3:.3f}, " \
+                 f"range {ratios[0]:.3f}-{ratios[-1]:.3f} over {pairs} pairs"
 
 
-def runtimes(src: Path, repo: Path, runs: int, seconds: float) -> list[list]:
-    """Our python-backend runtime vs the hand-written model.py vs onnxruntime in-process."""
+def runtimes(src: Path, repo: Path, runs: int, pairs: int, seconds: float) -> list[list]:
+    """Our python-backend runtime vs the hand-written model.py (`pairs` alternating runs each) vs
+    onnxruntime in-process (`runs` runs)."""
     compile_model(src, repo, CompileOptions.for_target("triton-v1.12", "mlp_ours", settings={
         "max_batch_size": 32, "max_queue_delay_us": 0, "preferred_batch_size": []}))
     hand = repo / "mlp_hand"
@@ -139,19 +152,22 @@ def runtimes(src: Path, repo: Path, runs: int, seconds: float) -> list[list]:
         conn = Connection(server.grpc_url)
         for conc in (1, 16, 64):
             got: dict[str, list] = {"ours": [], "hand": [], "ort": []}
-            for _ in range(runs):
-                for name, key in (("mlp_ours", "ours"), ("mlp_hand", "hand")):
+            for k in range(pairs):
+                order = (("mlp_ours", "ours"), ("mlp_hand", "hand"))
+                for name, key in order if k % 2 == 0 else order[::-1]:
                     got[key].append(measure_points(Served(conn, name, None, feeds), [Load(concurrency=conc)],
                                                    seconds=seconds)[0])
-                got["ort"].append(in_process(src, feeds, conc, seconds))
+                if k < runs:
+                    got["ort"].append(in_process(src, feeds, conc, seconds))
             med = {k: statistics.median(p.throughput for p in got[k]) for k in ("ours", "hand")}
             p99 = {k: statistics.median(p.p99_ms for p in got[k]) for k in ("ours", "hand")}
             ort_rps = statistics.median(r[0] for r in got["ort"])
             ort_p99 = statistics.median(r[1] for r in got["ort"])
             ours = got["ours"][len(got["ours"]) // 2]
             transport = ours.mean_ms - (ours.queue_ms or 0) - (ours.compute_ms or 0)
+            paired = statistics.median(o.throughput / h.throughput for o, h in zip(got["ours"], got["hand"]))
             rows.append([conc, f"{med['ours']:,.0f}", f"{p99['ours']:.2f}", f"{med['hand']:,.0f}", f"{p99['hand']:.2f}",
-                         f"{ort_rps:,.0f}", f"{ort_p99:.2f}", f"{med['ours'] / med['hand']:.2f}",
+                         f"{ort_rps:,.0f}", f"{ort_p99:.2f}", f"{paired:.2f}",
                          f"{med['ours'] / ort_rps:.2f}",
                          f"{ours.queue_ms:.2f} / {ours.compute_ms:.2f} / {transport:.2f}", f"{ours.avg_batch}"])
             print(rows[-1], flush=True)
@@ -190,32 +206,39 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--budget-s", type=float, default=90.0)
+    ap.add_argument("--pairs", type=int, default=8, help="alternating runs of the load generator and the plain loop")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     if args.quick:
-        args.runs, args.seconds, args.budget_s = 1, 2.0, 30.0
+        args.runs, args.seconds, args.budget_s, args.pairs = 1, 2.0, 30.0, 2
     with tempfile.TemporaryDirectory(prefix="mcp-bench-tune-") as d:
         work = Path(d)
         src = work / "mlp.onnx"
         make_mlp(src)
         repo = work / "repo"
-        compile_model(src, repo, CompileOptions.for_target("triton-v1.12", "mlp_db", settings={
-            "max_batch_size": 32, "max_queue_delay_us": 0, "preferred_batch_size": []}))
-        gen = loadgen_vs_plain(repo, args.runs, args.seconds)
-        rt = runtimes(src, work / "repo_rt", args.runs, args.seconds)
+        compile_model(src, repo, CompileOptions.for_target("triton-v1.12", "mlp_nb",
+                                                           settings={"dynamic_batch": False}))
+        gen, spread = loadgen_vs_plain(repo, args.pairs, args.seconds)
+        rt = runtimes(src, work / "repo_rt", args.runs, args.pairs, args.seconds)
         tuned = tunes(work, args.budget_s)
     body = "\n\n".join([
         "## Measuring and tuning on the local Triton (`mcp-cli bench`, `mcp-cli tune`)",
         f"Written by `python benchmarks/bench_tune.py --runs {args.runs} --seconds {args.seconds:g} "
-        f"--budget-s {args.budget_s:g}`. Machine: {machine()}. Versions: "
+        f"--budget-s {args.budget_s:g} --pairs {args.pairs}`. Machine: {machine()}. Versions: "
         + ", ".join(f"{k} {v}" for k, v in versions().items()) + ". tritonserver 2.51 (nvidia-pytriton 0.7.0), "
         "CPU; client and server share the 2 cores, so absolute rates are low; the ratios are the point.",
-        "**Load generator** (MLP 256-1024-1024-10, dynamic batching max 32, batch-1 requests, concurrency 16, "
-        f"{args.seconds:g} s per run, median of {args.runs} alternating runs): `bench`'s measure() against the "
-        "simplest asyncio client on the same server; goal: within 5%.",
-        table(["client", "req/s", "client CPU us/request", "vs plain"], gen),
+        "**Load generator** (MLP 256-1024-1024-10 without dynamic batching, batch-1 requests, concurrency 16, "
+        f"{args.seconds:g} s per run, {args.pairs} pairs of runs, which client goes first alternating): `bench`'s "
+        "measure() against the simplest asyncio client on the same server; goal: within 5%. Without dynamic "
+        "batching the server's work per request does not depend on how the client times its requests; with it, "
+        "runs of either client swing between about 700 and 1,900 req/s as the average batch settles between "
+        "1.5 and 7 (measured while writing this benchmark), which no client comparison survives. Client and "
+        f"server share the 2 cores, so the client's CPU per request is taken from the server. {spread}.",
+        table(["client", "req/s (median)", "client CPU us/request (median)", "vs plain (median of paired ratios)"],
+              gen),
         "**Runtimes** (the same MLP, same config: dynamic batching max 32, no queue delay; same client, "
-        f"{args.seconds:g} s per point, median of {args.runs}): ours = the python backend on model.mcpir; "
+        f"{args.seconds:g} s per point; ours and hand: medians of {args.pairs} alternating runs, ours/hand the "
+        f"median of the paired ratios; ORT: median of {args.runs}): ours = the python backend on model.mcpir; "
         "hand = a model.py opening model.onnx with onnxruntime and concatenating a batch's requests into one "
         "run; ORT = threads calling one InferenceSession in-process (no server). Where our request's time "
         "goes, from Triton's statistics: queue / compute (input + infer + output, per request) / the rest "
