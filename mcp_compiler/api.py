@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import InvalidModelError, OutputExistsError, UsageError
+from .errors import AccuracyError, InvalidModelError, OutputExistsError, UsageError
 from .files import write_error
 from .frontend import load_onnx
 from .ir.graph import Model
@@ -74,8 +74,10 @@ def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
     model, fmt, warnings = _load(input, options)
     weights_in = sum(t.nbytes for t in model.tensors())   # what summarize() counts as weight bytes, without its walk
     samples = _calibration(model, options)
+    checked = _selection_samples(input, fmt, samples, options)
     clock.lap("load")
-    model, records, warnings, properties = _run_passes(input, model, target, options, samples, warnings)
+    model, records, warnings, properties = _run_passes(input, model, target, options, samples, warnings,
+                                                       checked[0] if checked else None)
     clock.lap("passes")
     report = _report(input, output, model, fmt, warnings, records, options)
     report.input_weight_bytes = weights_in
@@ -83,7 +85,7 @@ def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
         report.warnings.append(f"the weights grew from {weights_in} to {report.weight_bytes} bytes "
                                "(constant folding materialized generated tensors: --fold-size-limit)")
     if options.quantize is not None:
-        _check_quantization(input, fmt, model, samples, options, report)
+        _check_quantization(input, fmt, model, samples, options, report, checked)
         clock.lap("accuracy")
     _write(model, target, input, output, options, report, properties)
     clock.lap("emit")
@@ -149,14 +151,24 @@ def _calibration(model: Model, options: CompileOptions) -> list[dict] | None:
     return load_samples(options.accuracy.calibration_data, model)
 
 
+def _selection_samples(input, fmt: str, samples, options: CompileOptions) -> tuple[list, str] | None:  # noqa: ANN001
+    """With --accuracy-budget and layer selection on: the accuracy report's samples, made before
+    the passes (the quantize pass selects its layers on them)."""
+    if options.quantize is None or not options.accuracy.selects_layers:
+        return None
+    reference = input if fmt == "onnx" else load_model(input, check=False, infer_shapes=False)[0]
+    got = _accuracy_samples(input, reference, samples, options)
+    return got if got[0] is not None else None
+
+
 def _run_passes(input, model: Model, target, options: CompileOptions, samples,  # noqa: ANN001
-                warnings: list[str]) -> tuple[Model, list, list[str], set]:
+                warnings: list[str], checked: list | None = None) -> tuple[Model, list, list[str], set]:
     """The pipeline: the model, the pass records, the warnings, the properties it established.
     When it quantized nothing, the opset raised for quantization would be a change for nothing:
     the model is loaded again and run without it."""
     if not options.has_pipeline:
         return model, [], warnings, set()
-    records, props = _pipeline(model, target, options, samples, options.quantize)
+    records, props = _pipeline(model, target, options, samples, options.quantize, checked)
     if options.quantize is not None and options.pipeline.opset is None and not _quantized_any(records) \
             and any(r.name == "upgrade-opset" and r.modified for r in records):
         model = load_model(input, check=False, infer_shapes=options.checks.infer_shapes)[0]
@@ -165,10 +177,13 @@ def _run_passes(input, model: Model, target, options: CompileOptions, samples,  
     return model, records, warnings, props
 
 
-def _pipeline(model: Model, target, options: CompileOptions, samples, quantize) -> tuple[list, set]:  # noqa: ANN001
+def _pipeline(model: Model, target, options: CompileOptions, samples, quantize,  # noqa: ANN001
+              checked: list | None = None) -> tuple[list, set]:
     from . import pipeline
 
     pm = pipeline.build(target, options.pipeline, quantize=quantize, calibration=samples)
+    if checked:
+        pm.ctx.budget, pm.ctx.samples = dict(options.accuracy.budget), checked
     return pm.run(model)[1], pm.properties
 
 
@@ -183,11 +198,11 @@ def _report(input, output: Path, model: Model, fmt: str, warnings: list[str], re
 
 
 def _check_quantization(input, fmt: str, model: Model, samples, options: CompileOptions,  # noqa: ANN001
-                        report: CompileReport) -> None:
+                        report: CompileReport, checked: tuple[list, str] | None = None) -> None:
     report.quantization = _quantization_report(options, report.passes, report.input_weight_bytes,
                                                report.weight_bytes)
     if report.quantization["quantized"]:
-        _check_accuracy(input, fmt, model, samples, options, report)
+        _check_accuracy(input, fmt, model, samples, options, report, checked)
     else:
         report.warnings.append("--quantize: no weight was quantized (see the report's quantization.skipped for why)")
 
@@ -289,24 +304,33 @@ def _quantization_report(options: CompileOptions, records: list[dict], before: i
         "compression": round(before / after, 3) if after else None,
         "opset": next(({"from": r["stats"]["from"], "to": r["stats"]["to"]} for r in records
                        if r["name"] == "upgrade-opset" and r["modified"]), None),
+        "selection": next((r["stats"]["selection"] for r in records
+                           if r["name"].startswith("quantize-") and "selection" in r["stats"]), None),
     }
 
 
 def _check_accuracy(input, fmt: str, model: Model, samples, options: CompileOptions,  # noqa: ANN001
-                    report: CompileReport) -> None:
+                    report: CompileReport, checked: tuple[list, str] | None = None) -> None:
     """Quantized vs onnxruntime on the original, on the calibration samples, the user's inputs or
     random inputs the model accepts; raises AccuracyError (before anything is written) when
     outside the budget."""
     from .accuracy import check_budget, measure
 
     reference = input if fmt == "onnx" else load_model(input, check=False, infer_shapes=False)[0]
-    samples, label = _accuracy_samples(input, reference, samples, options)
+    samples, label = checked or _accuracy_samples(input, reference, samples, options)
     if samples is None:
         return
     acc = measure(reference, model, samples, label)
     report.quantization["accuracy"] = acc.to_dict()
+    selection = report.quantization.get("selection")
     try:
         check_budget(acc, options.accuracy.budget)
+    except AccuracyError as e:
+        if selection:
+            kept = selection["kept"]
+            raise AccuracyError(f"{e}; {len(kept)} of {selection['layers']} layers kept in float by "
+                                f"--auto-exclude ({', '.join(kept[:5])}{' ...' if len(kept) > 5 else ''})") from None
+        raise
     finally:
         report.quantization["accuracy"] = acc.to_dict()
 

@@ -7,7 +7,7 @@ from .options import PipelineOptions
 from .passes import PASSES, Pass, PassContext, PassManager, Repeat
 from .passes import normalize as N
 from .passes.layout import LayoutNhwcPass
-from .passes.quantize import QuantizeFp8Pass, QuantizeInt4Pass, QuantizeOptions, required_opset
+from .passes.quantize import QuantizeOptions, quantize_pass, required_opset
 from .passes.rewrite import UpgradeOpsetPass
 from .passes.shapes import SymbolicShapesPass
 
@@ -41,7 +41,7 @@ def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # no
         steps += after
     else:
         # weights deduplicated after quantizing: hashing the (smaller) quantized ones
-        steps += [QuantizeInt4Pass() if quantize.mode == "int4" else QuantizeFp8Pass(), *after]
+        steps += [quantize_pass(quantize), *after]
     if target is not None:
         steps += target.legalize_passes()
     # last: every value's shape contract, over the final graph (decides the Triton dims)

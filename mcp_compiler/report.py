@@ -114,10 +114,19 @@ class Reporter:
             reasons[key] = reasons.get(key, 0) + 1
         for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
             self.out.print(f"  skipped {count}: {reason}", markup=False)
+        sel = q.get("selection")
+        if sel and sel["kept"]:
+            alone = sel["sensitivity"]
+            self.out.print(f"  auto-exclude: {len(sel['kept'])} of {sel['layers']} layers kept in float "
+                           f"(1 - cosine all quantized {sel['worst_1_minus_cos_all_quantized']:.3g} -> "
+                           f"{sel['worst_1_minus_cos_selected']:.3g}; {_mb(sel['bytes_kept_in_float'])} not saved): "
+                           + ", ".join(f"{k} ({alone[k]:.3g} alone)" for k in sel["kept"][:8])
+                           + (" ..." if len(sel["kept"]) > 8 else ""), markup=False)
         if verbose:
             for row in q["quantized"]:
+                rtn = f" (round to nearest: {row['rel_error_rtn']:.4f})" if "rel_error_rtn" in row else ""
                 self.out.print(f"  {row['node'] or row['weight']} ({row['op']} {row['shape']}): "
-                               f"{row['format']}, weight rel. error {row['rel_error']:.4f}", markup=False)
+                               f"{row['format']}, weight rel. error {row['rel_error']:.4f}{rtn}", markup=False)
         acc = q.get("accuracy")
         if acc:
             self.out.print(f"accuracy vs onnxruntime on the original, {acc['inputs']}:", markup=False)

@@ -42,7 +42,7 @@ from .normalize import (
     SimplifyReshapePass,
     SimplifySoftmaxPass,
 )
-from .quantize import QuantizeFp8Pass, QuantizeInt4Pass
+from .quantize import QuantizeFp8Pass, QuantizeHalfPass, QuantizeInt4Pass
 from .rewrite import LegalizePass, UpgradeOpsetPass
 from .shapes import SymbolicShapesPass
 
@@ -62,7 +62,7 @@ PASSES: dict[str, type[Pass]] = _table(   # in default-pipeline order (`mcp-cli 
     CommonSubexpressionEliminationPass, SimplifyReshapePass, DeadCodeEliminationPass, SymbolicShapesPass,
     SimplifySoftmaxPass, FoldBatchNormPass, FoldConvAffinePass, FuseClipPass, FuseHardSwishPass,
     FuseLayerNormPass, FuseGeluPass, MatMulAddToGemmPass, LayoutNhwcPass, DeduplicateWeightsPass,
-    QuantizeInt4Pass, QuantizeFp8Pass, LegalizePass,
+    QuantizeInt4Pass, QuantizeFp8Pass, QuantizeHalfPass, LegalizePass,
 )
 
 __all__ = ["ALL", "PASSES", "REWRITES", "ContractError", "Pass", "PassContext", "PassError", "PassManager", "PassRecord", "PassResult",

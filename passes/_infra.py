@@ -76,6 +76,8 @@ class PassContext:
     fold_size_limit: int | None = None   # bytes a folded tensor may reach (None: no net growth of the weights)
     quantize: Any = None             # passes.quantize.QuantizeOptions for the quantize-* passes
     calibration: list[dict] | None = None   # input samples (name -> array) for activation ranges
+    budget: dict[str, float] | None = None   # --accuracy-budget for the quantize passes' layer selection
+    samples: list[dict] | None = None       # the inputs that selection measures on
     min_opset: int | None = None     # upgrade-opset: the ai.onnx opset to raise the model to
     print_ir_after: set[str] = field(default_factory=set)   # pass names (or "all"): IR to the log
     explain: set[str] = field(default_factory=set)          # rule passes that list why sites did not fire

@@ -58,11 +58,15 @@ LayoutOpt = _opt("nchw", "--layout", panel=PIPE, metavar="nchw|nhwc",
                  help="nhwc: 4-D image inputs (and image outputs) become channels-last [N, H, W, C]; "
                       "transposes inside move and cancel.")
 
-QuantOpt = _opt(None, "--quantize", "--quantization-level", panel=QUANT, metavar="none|int4|fp8",
-                help="Quantize constant MatMul/Gemm weights: int4 (group-wise, weight-only) or fp8; an "
+QuantOpt = _opt(None, "--quantize", "--quantization-level", panel=QUANT, metavar="none|int4|fp8|fp16|bf16",
+                help="Quantize constant MatMul/Gemm weights: int4 (group-wise, weight-only) or fp8; or store "
+                     "every large float32 weight in fp16/bf16 (half the size, float32 compute); an "
                      "accuracy report against onnxruntime on the original follows.")
 GroupOpt = _opt(32, "--group-size", panel=QUANT, help="int4: weights per group (16..256).")
 SymOpt = _opt(False, "--symmetric", panel=QUANT, help="int4: no zero point.")
+Int4MethodOpt = _opt("search", "--int4-method", panel=QUANT, metavar="search|rtn",
+                     help="int4 scales: search (clipping ranges and a least-squares scale per group; with "
+                          "--calibration-data, weighted by the layer's input) or rtn (round to nearest).")
 Int4FmtOpt = _opt("matmulnbits", "--int4-format", panel=QUANT, metavar="matmulnbits|qdq",
                   help="int4 lowering: com.microsoft.MatMulNBits (fast on CPU) or DequantizeLinear int4 "
                        "with block_size (opset 21).")
@@ -83,6 +87,9 @@ CalibOpt = _opt(None, "--calibration-data", panel=QUANT, help="Folder of .npz in
 BudgetOpt = _opt(None, "--accuracy-budget", panel=QUANT, metavar="KEY=V[,...]",
                  help="Fail (exit 1, nothing written) when the quantized model is outside it: cos=MIN, "
                       "top1=MIN, max-abs=MAX, rel=MAX, checked on every float output.")
+AutoExclOpt = _opt(None, "--auto-exclude/--no-auto-exclude", panel=QUANT,
+                   help="With --accuracy-budget (on by default then): when the budget fails, measure each "
+                        "quantized layer's effect and keep the most sensitive in float until it holds.")
 AccSamplesOpt = _opt(2, "--accuracy-samples", panel=QUANT, help="Random input sets for the accuracy report "
                      "(0: none).")
 
@@ -113,6 +120,10 @@ WarmDimsOpt = _opt(None, "--warmup-dims", panel=TGT, metavar="NAME=SIZE[,...]",
 PrepackOpt = _opt(None, "--prepack/--no-prepack", panel=TGT,
                   help="onnxruntime weight prepacking in the served model (--no-prepack: load in "
                        "milliseconds from the mapped weights, no packed copy in memory).")
+DequantOpt = _opt(None, "--dequantize-at-load/--no-dequantize-at-load", panel=TGT,
+                  help="fp8/int4-qdq weights dequantized once when the served model loads (float32 in "
+                       "memory, float32 speed; the files stay small). Default: on for --kind cpu, whose "
+                       "onnxruntime kernels would dequantize them on every request.")
 LoadCheckOpt = _opt(True, "--load-check/--no-load-check", panel=TGT,
                     help="Load the emitted model in its serving runtime before the entry is moved into place.")
 
@@ -143,11 +154,12 @@ def convert(
     explain_pass: Optional[list[str]] = ExplainOpt, opset: Optional[int] = OpsetOpt,
     fold_size_limit: Optional[float] = FoldOpt, layout: str = LayoutOpt,
     quantize: Optional[str] = QuantOpt, group_size: int = GroupOpt, symmetric: bool = SymOpt,
-    int4_format: str = Int4FmtOpt, int4_accuracy_level: int = Int4AccOpt, fp8_format: str = Fp8FmtOpt,
+    int4_method: str = Int4MethodOpt, int4_format: str = Int4FmtOpt, int4_accuracy_level: int = Int4AccOpt, fp8_format: str = Fp8FmtOpt,
     fp8_per_tensor: bool = Fp8TensorOpt, quantize_conv: bool = QConvOpt,
     quantize_exclude: Optional[list[str]] = QExclOpt, quantize_min_elements: int = QMinOpt,
     quantize_max_error: Optional[float] = QMaxErrOpt, calibration_data: Optional[Path] = CalibOpt,
-    accuracy_budget: Optional[str] = BudgetOpt, accuracy_samples: int = AccSamplesOpt,
+    accuracy_budget: Optional[str] = BudgetOpt, auto_exclude: Optional[bool] = AutoExclOpt,
+    accuracy_samples: int = AccSamplesOpt,
     backend: str = BackendOpt, config: Optional[Path] = ConfigOpt, dynamic_batch: Optional[str] = DynOpt,
     no_dynamic_batch: bool = NoDynOpt, max_batch_size: Optional[int] = MaxBatchOpt,
     preferred_batch_size: Optional[str] = PrefOpt, max_queue_delay_us: Optional[int] = DelayOpt,
@@ -155,6 +167,7 @@ def convert(
     instance_count: Optional[int] = InstOpt, kind: Optional[str] = KindOpt,
     tensor_parallel_size: Optional[int] = TpOpt, model_warmup: Optional[bool] = WarmOpt,
     warmup_dims: Optional[str] = WarmDimsOpt, prepack: Optional[bool] = PrepackOpt,
+    dequantize_at_load: Optional[bool] = DequantOpt,
     load_check: bool = LoadCheckOpt,
     verify: bool = VerifyOpt, dims: Optional[str] = DimsOpt, inputs: Optional[Path] = InputsOpt,
     report: Optional[Path] = ReportOpt, verbose: bool = VerboseOpt,
@@ -185,7 +198,7 @@ def convert(
     run(rep, debug, body)
 
 
-_CHOICES = ("layout", "quantize", "int4_format", "fp8_format", "backend", "kind", "target")
+_CHOICES = ("layout", "quantize", "int4_method", "int4_format", "fp8_format", "backend", "kind", "target")
 
 
 def _ir_to_stderr() -> None:
@@ -219,7 +232,8 @@ def compile_options(f: dict[str, Any]):  # noqa: ANN201 - options.CompileOptions
             explain=set(f["explain_pass"] or ())),
         quantize=_quantize(f),
         accuracy=AccuracyOptions(calibration_data=_str(f["calibration_data"]),
-                                 budget=parse_budget(f["accuracy_budget"]), samples=f["accuracy_samples"]),
+                                 budget=parse_budget(f["accuracy_budget"]), samples=f["accuracy_samples"],
+                                 auto_exclude=f["auto_exclude"]),
         target=TargetChoice(name=_target_name(f), entry=f["name"], backend=str(f["backend"]),
                             load_check=f["load_check"], force=f["force"]))
     return _with_target(options, f).validate()
@@ -242,7 +256,7 @@ def _quantize(f: dict[str, Any]):  # noqa: ANN202 - passes.quantize.QuantizeOpti
 
     return QuantizeOptions(
         mode=str(f["quantize"]), block_size=f["group_size"], symmetric=f["symmetric"],
-        int4_format=str(f["int4_format"]), accuracy_level=f["int4_accuracy_level"],
+        int4_method=str(f["int4_method"]), int4_format=str(f["int4_format"]), accuracy_level=f["int4_accuracy_level"],
         fp8_format=str(f["fp8_format"]), per_channel=not f["fp8_per_tensor"], conv=f["quantize_conv"],
         exclude=list(f["quantize_exclude"] or ()), min_elements=f["quantize_min_elements"],
         max_error=f["quantize_max_error"])
@@ -250,7 +264,7 @@ def _quantize(f: dict[str, Any]):  # noqa: ANN202 - passes.quantize.QuantizeOpti
 
 # convert's flags that are the target's own settings (its build file's keys)
 TARGET_FLAGS = ("max_batch_size", "max_queue_delay_us", "max_concurrent_requests", "inference_timeout_ms",
-                "instance_count", "tensor_parallel_size", "model_warmup", "prepack")
+                "instance_count", "tensor_parallel_size", "model_warmup", "prepack", "dequantize_at_load")
 
 
 def _with_target(options, f: dict[str, Any]):  # noqa: ANN001, ANN202 - CompileOptions
@@ -272,7 +286,7 @@ def _with_target(options, f: dict[str, Any]):  # noqa: ANN001, ANN202 - CompileO
 
     t = get_target(name)
     build_file = t.load_build_file(f["config"]) if f["config"] is not None else {}
-    if options.quantize is not None:
+    if options.quantize is not None and "quantization_level" in t.option_types:
         given["quantization_level"] = options.quantize.mode
     return options.with_target_settings(t, given, build_file, f"--config {f['config']}")
 

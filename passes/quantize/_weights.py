@@ -6,6 +6,7 @@ fresh names, and replacing a node in place without rescanning the graph.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,6 +128,23 @@ def check_error(c: Candidate, err: float, opts: QuantizeOptions, decisions: Deci
     return err
 
 
+def stand_in(c: Candidate, w: np.ndarray) -> np.ndarray:
+    """A dequantized weight in the candidate's layout ([K, N] for MatMul/Gemm) back in the
+    weight's own layout (Gemm: transB and alpha undone), float32: what selection feeds for it."""
+    if c.node.op_type == "Gemm":
+        attrs = c.node.attributes
+        alpha = attrs["alpha"].value if "alpha" in attrs else 1.0
+        if alpha != 1.0:
+            w = w / np.float32(alpha)
+        if attrs.get("transB") is not None and attrs["transB"].value:
+            w = w.T
+    return np.ascontiguousarray(w, np.float32).reshape(c.weight.const.dims)
+
+
+def keep_record(decisions: Decisions, c: Candidate, selection: dict | None) -> None:
+    decisions.skip(c.node, "kept in float to hold --accuracy-budget (most sensitive)", c.weight)
+
+
 def parallel_map(fn, items: list) -> list:  # noqa: ANN001
     """fn over items on a few threads (numpy releases the GIL in the array work), in order."""
     import os
@@ -183,3 +201,39 @@ def drop_unused_weights(g: Graph, weights: list[Value]) -> int:
             freed += v.const.nbytes
             del g.initializers[v.name]
     return freed
+
+
+def input_importance(model: Model, chosen: list[Candidate], samples: list[dict]) -> dict[int, np.ndarray]:
+    """Per candidate node (by id): the mean square over the calibration samples of its input,
+    per input channel (the last axis for MatMul/Gemm, axis 1 for Conv): [K]."""
+    acts = {id(c.node): c.node.inputs[0] for c in chosen if c.node.inputs[0] is not None
+            and c.node.inputs[0].const is None}
+    if not acts:
+        return {}
+    conv = {id(c.node) for c in chosen if c.node.op_type == "Conv"}
+    sums: dict[int, np.ndarray] = {}
+    counts: dict[int, int] = {}
+    for values in run_with_outputs(model, list({id(a): a for a in acts.values()}.values()), samples):
+        for nid, a in acts.items():
+            x = np.asarray(values[a.name], np.float32)
+            x = np.moveaxis(x, 1, -1) if nid in conv and x.ndim > 2 else x
+            x = x.reshape(-1, x.shape[-1])
+            sums[nid] = sums.get(nid, 0) + np.einsum("ij,ij->j", x, x)
+            counts[nid] = counts.get(nid, 0) + x.shape[0]
+    return {nid: (sums[nid] / max(counts[nid], 1)).astype(np.float32) for nid in sums}
+
+
+def run_with_outputs(model: Model, values: list[Value], samples: list[dict]) -> Iterator[dict[str, np.ndarray]]:
+    """Run the model on each sample with `values` made outputs too; yields {name: array}."""
+    from mcp_compiler.session import create_session
+
+    g = model.graph
+    saved = list(g.outputs)
+    g.outputs = saved + [a for a in values if a not in saved]
+    try:
+        sess = create_session(model)
+    finally:
+        g.outputs = saved
+    names = [o.name for o in sess.get_outputs()]
+    for feeds in samples:
+        yield dict(zip(names, sess.run(None, feeds)))

@@ -40,15 +40,33 @@ class Int4Blocks:
         return (zp[:, 0::2] | (zp[:, 1::2] << 4)).reshape(-1)
 
 
-def quantize_int4(w: np.ndarray, block: int, symmetric: bool = False) -> Int4Blocks:
-    """Round-to-nearest group-wise INT4 of a [K, N] weight along K, with clipping.
+INT4_METHODS = ("search", "rtn")
+SHRINK = (1.0, 0.95, 0.9, 0.85)   # search: the fractions of each group's range tried
+_CHUNK = 1 << 13                  # search: groups per step (keeps the temporaries in cache)
 
-    Asymmetric: the block's range [min(w, 0), max(w, 0)] maps onto 0..15 with an integer zero
-    point. Symmetric: the value of largest magnitude maps onto -8 (so the other side reaches
-    +7), zero point 8; the scale is then negative where that value is positive (legal
-    for MatMulNBits and DequantizeLinear, and what onnxruntime's own quantizer does).
-    `rel_error` (||w - dequantized|| / ||w||) is computed on the way, in the blocked layout.
+
+def quantize_int4(w: np.ndarray, block: int, symmetric: bool = False, method: str = "rtn",
+                  importance: np.ndarray | None = None) -> Int4Blocks:
+    """Group-wise INT4 of a [K, N] weight along K.
+
+    rtn (round to nearest, onnxruntime's default and RTN): asymmetric maps the block's range
+    [min(w, 0), max(w, 0)] onto 0..15 with an integer zero point; symmetric maps the value of
+    largest magnitude onto -8 (so the other side reaches +7), zero point 8; the scale is then
+    negative where that value is positive (legal for MatMulNBits and DequantizeLinear, and what
+    onnxruntime's own quantizer does).
+
+    search: per group, the range shrunk to each fraction in SHRINK (clipping the extremes), the
+    values rounded with that scale and zero point, then the scale refitted by least squares for
+    those integers; the candidate with the smallest squared error wins (RTN is the first
+    candidate before its refit, so the error is never worse than the refitted RTN). With
+    `importance` ([K], e.g. the mean square of the layer's input per channel, from calibration
+    data) the error is weighted by it: what the layer's output loses, not the weight (AWQ's
+    observation that a few input channels carry most of the output).
+
+    `rel_error` (||w - dequantized|| / ||w||, unweighted) is computed on the way.
     """
+    if method not in INT4_METHODS:
+        raise ValueError(f"unknown int4 method {method!r}")
     k, n = w.shape
     blocks = -(-k // block)
     if k == blocks * block:
@@ -57,26 +75,31 @@ def quantize_int4(w: np.ndarray, block: int, symmetric: bool = False) -> Int4Blo
         wt = np.zeros((n, blocks * block), np.float32)
         wt[:, :k] = w.T
         b = wt.reshape(n, blocks, block)
-    if symmetric:
+    if method == "search":
+        imp = None
+        if importance is not None:
+            iv = np.zeros(blocks * block, np.float32)
+            iv[:k] = np.asarray(importance, np.float32).reshape(-1)[:k]
+            # a channel never seen non-zero still counts a little: the samples are not all inputs
+            iv += np.float32(max(float(iv.mean()), 1e-12) * 1e-3)
+            imp = iv.reshape(blocks, block)
+        scale, zp_f = _search(b.reshape(-1, block), imp, symmetric)
+        scale, zp_f = scale.reshape(n, blocks), zp_f.reshape(n, blocks)
+        x = _round(b, scale, zp_f, symmetric)
+    elif symmetric:
         idx = np.abs(b).argmax(axis=-1)[..., None]
         extreme = np.take_along_axis(b, idx, axis=-1)[..., 0]
         scale = extreme / np.float32(-8.0)
         scale[scale == 0] = 1.0
-        x = b / scale[..., None]
-        np.rint(x, out=x)
-        np.clip(x, -8, 7, out=x)
-        x += 8
         zp_f = np.full(scale.shape, 8, np.float32)
+        x = _round(b, scale, zp_f, symmetric)
     else:
         lo = np.minimum(b.min(axis=-1), 0.0)
         hi = np.maximum(b.max(axis=-1), 0.0)
         scale = (hi - lo) / np.float32(15.0)
         scale[scale == 0] = 1.0
         zp_f = np.clip(np.rint(-lo / scale), 0, 15)
-        x = b / scale[..., None]
-        np.rint(x, out=x)
-        x += zp_f[..., None]
-        np.clip(x, 0, 15, out=x)
+        x = _round(b, scale, zp_f, symmetric)
     q = x.astype(np.uint8)
     # the error, in place: x -> (x - zp) * scale - w
     x -= zp_f[..., None]
@@ -84,6 +107,67 @@ def quantize_int4(w: np.ndarray, block: int, symmetric: bool = False) -> Int4Blo
     x -= b
     return Int4Blocks(q, scale.astype(np.float32), zp_f.astype(np.uint8), k, symmetric,
                       relative_error(x, b))
+
+
+def _round(b: np.ndarray, scale: np.ndarray, zp: np.ndarray, symmetric: bool) -> np.ndarray:
+    """The integers 0..15 (as float32) for groups b [..., block] at scale and zero point."""
+    x = b / scale[..., None]
+    np.rint(x, out=x)
+    if symmetric:
+        np.clip(x, -8, 7, out=x)
+        x += 8
+    else:
+        x += zp[..., None]
+        np.clip(x, 0, 15, out=x)
+    return x
+
+
+def _search(groups: np.ndarray, importance: np.ndarray | None, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Scale and zero point per group [G, block] (see quantize_int4's `search`).
+    `importance`: [blocks, block] weights, the groups being [N * blocks, block] row-major."""
+    g_count, block = groups.shape
+    scale = np.empty(g_count, np.float32)
+    zp = np.empty(g_count, np.float32)
+    nblocks = importance.shape[0] if importance is not None else 1
+    for a in range(0, g_count, _CHUNK):
+        x = groups[a:a + _CHUNK]
+        wgt = None if importance is None else importance[np.arange(a, a + len(x)) % nblocks]
+        if symmetric:
+            idx = np.abs(x).argmax(axis=-1)[:, None]
+            base = np.take_along_axis(x, idx, axis=-1)[:, 0] / np.float32(-8.0)
+            z0 = np.full(len(x), 8, np.float32)
+        else:
+            lo = np.minimum(x.min(axis=-1), 0.0)
+            span = np.maximum(x.max(axis=-1), 0.0) - lo
+        best = None
+        for t in SHRINK:
+            if symmetric:
+                s, z = base * np.float32(t), z0
+            else:
+                s = span * np.float32(t / 15.0)
+                s[s == 0] = 1.0
+                z = np.clip(np.rint(-lo * np.float32(t) / s), 0, 15)
+            s = np.where(s == 0, np.float32(1.0), s)
+            q = _round(x, s, z, symmetric)
+            q -= z[:, None]                                  # the signed integer each value becomes
+            qw = q if wgt is None else q * wgt
+            num, den = (qw * x).sum(axis=-1), (qw * q).sum(axis=-1)
+            fit = np.where(den > 0, num / np.where(den > 0, den, 1), s).astype(np.float32)
+            fit = np.where(fit == 0, s, fit)
+            q *= fit[:, None]
+            q -= x
+            q *= q
+            if wgt is not None:
+                q *= wgt
+            e = q.sum(axis=-1)
+            if best is None:
+                best, scale[a:a + len(x)], zp[a:a + len(x)] = e, fit, z
+            else:
+                better = e < best
+                best = np.where(better, e, best)
+                scale[a:a + len(x)] = np.where(better, fit, scale[a:a + len(x)])
+                zp[a:a + len(x)] = np.where(better, z, zp[a:a + len(x)])
+    return scale, zp
 
 
 @dataclass

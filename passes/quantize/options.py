@@ -7,14 +7,16 @@ from dataclasses import dataclass, field
 
 from mcp_compiler.errors import UsageError
 
-MODES = ("int4", "fp8")
+MODES = ("int4", "fp8", "fp16", "bf16")
+INT4_METHODS = ("search", "rtn")
 INT4_FORMATS = ("matmulnbits", "qdq")
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 
 
 @dataclass
 class QuantizeOptions:
-    mode: str = "int4"                 # int4 | fp8
+    mode: str = "int4"                 # int4 | fp8 | fp16 | bf16
+    int4_method: str = "search"        # int4: search (clipping search + least-squares scale) | rtn
     block_size: int = 32               # int4: weights per group along K
     symmetric: bool = False            # int4: no zero point (asymmetric by default)
     int4_format: str = "matmulnbits"   # int4 lowering: com.microsoft.MatMulNBits or DequantizeLinear(21)
@@ -32,6 +34,8 @@ class QuantizeOptions:
         if self.block_size not in BLOCK_SIZES:
             raise UsageError(f"--group-size: expected one of {', '.join(map(str, BLOCK_SIZES))}, "
                              f"got {self.block_size}")
+        if self.int4_method not in INT4_METHODS:
+            raise UsageError(f"--int4-method: expected {' or '.join(INT4_METHODS)}, got {self.int4_method!r}")
         if self.int4_format not in INT4_FORMATS:
             raise UsageError(f"--int4-format: expected {' or '.join(INT4_FORMATS)}, got {self.int4_format!r}")
         if self.accuracy_level not in (0, 1, 2, 3, 4):

@@ -10,6 +10,7 @@ from .._infra import Pass, PassContext, PassResult, Property
 from . import _weights as W
 from .numerics import FP8_MAX, FP8_TYPES, quantize_fp8
 from .options import QuantizeOptions
+from .select import Layer, keep_for_budget
 
 MIN_OPSET = 19   # DequantizeLinear / QuantizeLinear with float8
 
@@ -50,11 +51,15 @@ class QuantizeFp8Pass(Pass):
         fmt = opts.fp8_format
         axis_of = lambda c: (0 if c.node.op_type == "Conv" else 1) if opts.per_channel else None  # noqa: E731
         quantized = W.parallel_map(lambda c: quantize_fp8(c.w, fmt, axis_of(c)), chosen)
-        for c, q in zip(chosen, quantized):
+        passing = [(c, q, err) for c, q in zip(chosen, quantized)
+                   if (err := W.check_error(c, q.rel_error, opts, decisions)) is not None]
+        kept, selection = keep_for_budget(model, ctx, lambda: [
+            Layer(c.weight, W.stand_in(c, q.dequantize()), c.weight.const.nbytes * 3 // 4) for c, q, _ in passing])
+        for c, q, err in passing:
             n = c.node
             axis = axis_of(c)
-            err = W.check_error(c, q.rel_error, opts, decisions)
-            if err is None:
+            if c.weight.name in kept:
+                W.keep_record(decisions, c, selection)
                 continue
             before = c.weight.const.nbytes
             originals += [v for v in n.inputs[1:] if v is not None]
@@ -80,6 +85,8 @@ class QuantizeFp8Pass(Pass):
         W.drop_unused_weights(g, originals)
         stats = decisions.stats()
         stats["activations_quantized"] = activations
+        if selection is not None:
+            stats["selection"] = selection
         return PassResult(model, bool(replacements), stats, details=decisions.rows)
 
 
@@ -97,24 +104,12 @@ def _activation_qdq(g, namer, n: Node, a: Value, amax: float, fmt: str) -> list[
 
 def _activation_ranges(model: Model, chosen: list[W.Candidate], samples: list[dict]) -> dict[int, float]:
     """max |A| over the calibration samples, for the activation input of each candidate."""
-    from mcp_compiler.session import create_session
-
-    g = model.graph
     acts = list({id(c.node.inputs[0]): c.node.inputs[0] for c in chosen
                  if c.node.inputs[0] is not None and c.node.inputs[0].const is None}.values())
-    if not acts:
-        return {}
-    saved = list(g.outputs)
-    g.outputs = saved + [a for a in acts if a not in saved]
-    try:
-        sess = create_session(model)
-    finally:
-        g.outputs = saved
-    names = [o.name for o in sess.get_outputs()]
-    index = {a.name: names.index(a.name) for a in acts}
     amax = {id(a): 0.0 for a in acts}
-    for feeds in samples:
-        values = sess.run(None, feeds)
+    if not acts:
+        return amax
+    for values in W.run_with_outputs(model, acts, samples):
         for a in acts:
-            amax[id(a)] = max(amax[id(a)], float(np.abs(values[index[a.name]]).max(initial=0.0)))
+            amax[id(a)] = max(amax[id(a)], float(np.abs(values[a.name]).max(initial=0.0)))
     return amax

@@ -11,6 +11,7 @@ from .._infra import Pass, PassContext, PassResult, Property
 from . import _weights as W
 from .numerics import Int4Blocks, quantize_int4
 from .options import QuantizeOptions
+from .select import Layer, keep_for_budget
 
 MS_DOMAIN = "com.microsoft"
 
@@ -26,7 +27,9 @@ class QuantizeInt4Pass(Pass):
     - Conv (with --quantize-conv): W[M,C,kh,kw] -> DequantizeLinear(q, axis=1, block_size) -> Conv
 
     Groups of --group-size weights along K (the input channels for Conv), asymmetric with a zero
-    point unless --symmetric, round to nearest with clipping. A layer whose relative weight error
+    point unless --symmetric; scales chosen by --int4-method: search (default: a search over
+    clipping ranges with a least-squares scale, weighted by the layer's input statistics with
+    --calibration-data) or rtn (round to nearest over the full range, onnxruntime's default). A layer whose relative weight error
     exceeds --quantize-max-error stays in float. Every MatMul/Gemm/Conv gets a record saying what
     happened to it and why.
     """
@@ -55,12 +58,21 @@ class QuantizeInt4Pass(Pass):
                 decisions.skip(c.node, f"K = {k} < 16 (too few inputs per output)", c.weight)
                 continue
             todo.append(c)
+        # --calibration-data: the mean square of each layer's input per channel weights the search
+        importance = W.input_importance(model, todo, ctx.calibration) \
+            if ctx.calibration and opts.int4_method == "search" else {}
         quantized = W.parallel_map(
             lambda c: quantize_int4(_as_kn(c.w) if c.node.op_type == "Conv" else c.w, opts.block_size,
-                                    opts.symmetric), todo)
-        for c, blocks in zip(todo, quantized):
-            err = W.check_error(c, blocks.rel_error, opts, decisions)
-            if err is None:
+                                    opts.symmetric, opts.int4_method, importance.get(id(c.node))), todo)
+        chosen = [(c, b, err) for c, b in zip(todo, quantized)
+                  if (err := W.check_error(c, b.rel_error, opts, decisions)) is not None]
+        kept, selection = keep_for_budget(model, ctx, lambda: [
+            Layer(c.weight, W.stand_in(c, _from_kn(b.dequantize(), c.w.shape) if c.node.op_type == "Conv"
+                                       else b.dequantize()), c.weight.const.nbytes * 7 // 8)
+            for c, b, _ in chosen])
+        for c, blocks, err in chosen:
+            if c.weight.name in kept:
+                W.keep_record(decisions, c, selection)
                 continue
             before = c.weight.const.nbytes
             originals += [v for v in c.node.inputs[1:] if v is not None]
@@ -70,11 +82,22 @@ class QuantizeInt4Pass(Pass):
                 new, after = _lower_matmulnbits(g, namer, c, blocks, opts)
             replacements[id(c.node)] = new
             decisions.done(c, err, "MatMulNBits" if not qdq else "DequantizeLinear(int4)", before, after)
+            decisions.rows[-1]["method"] = opts.int4_method + ("+activations" if id(c.node) in importance else "")
+            if opts.int4_method != "rtn":   # the error round to nearest would have had
+                decisions.rows[-1]["rel_error_rtn"] = round(_rtn_error(c, opts), 6)
         W.splice(g, replacements)
         W.drop_unused_weights(g, originals)
         if replacements and not qdq:
             model.opset_imports.setdefault(MS_DOMAIN, 1)
-        return PassResult(model, bool(replacements), decisions.stats(), details=decisions.rows)
+        stats = decisions.stats()
+        if selection is not None:
+            stats["selection"] = selection
+        return PassResult(model, bool(replacements), stats, details=decisions.rows)
+
+
+def _rtn_error(c: W.Candidate, opts: QuantizeOptions) -> float:
+    w = _as_kn(c.w) if c.node.op_type == "Conv" else c.w
+    return quantize_int4(w, opts.block_size, opts.symmetric, "rtn").rel_error
 
 
 def _as_kn(w: np.ndarray) -> np.ndarray:

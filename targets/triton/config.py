@@ -140,10 +140,25 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
     if backend == "python":
         params["mcp_runtime"] = "model.mcpir"
         params["ort_prepack"] = "true" if p.prepack else "false"
+        if _dequantizes_weights(model) and (p.dequantize_at_load or p.dequantize_at_load is None and p.kind == "cpu"):
+            params["ort_dequantize_at_load"] = "true"
+            if p.dequantize_at_load is None:
+                warnings.append("the served model dequantizes its quantized weights once at load (float32 in "
+                                "memory; onnxruntime's CPU kernels would dequantize them on every request); "
+                                "--no-dequantize-at-load keeps them quantized in memory")
+    elif p.dequantize_at_load:
+        warnings.append("dequantize_at_load applies to the python backend only (Triton's onnxruntime backend "
+                        "takes no session configuration)")
     for k, v in params.items():
         cfg.parameters[k].string_value = v
     files = _warmup(cfg, model, batched, p) if p.model_warmup else {}
     return cfg, warnings, files
+
+
+def _dequantizes_weights(model: Model) -> bool:
+    """Whether a DequantizeLinear reads a constant (fp8 or int4-qdq weights)."""
+    return any(n.op_type == "DequantizeLinear" and n.is_onnx() and n.inputs and n.inputs[0] is not None
+               and n.inputs[0].const is not None for n in model.graph.nodes)
 
 
 def _queue_policy(q, p: ServingParams) -> None:  # noqa: ANN001

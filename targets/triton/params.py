@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from mcp_compiler.errors import UsageError
 
-QUANTIZATION_LEVELS = ("none", "fp8", "int4")
+QUANTIZATION_LEVELS = ("none", "fp8", "int4", "fp16", "bf16")
 INT32_MAX = 2**31 - 1
 
 
@@ -25,6 +25,7 @@ class ServingParams:
     kind: str = "cpu"                             # cpu | gpu
     tensor_parallel_size: int = 1                 # gpu only: instances placed on GPUs 0..N-1
     prepack: bool = True                          # onnxruntime weight prepacking (off: faster load)
+    dequantize_at_load: bool | None = None        # fold DequantizeLinear of weights at load (None: on for cpu)
     model_warmup: bool = False
     warmup_dims: dict[str, int] = field(default_factory=dict)   # symbol -> size for warm-up inputs
 
@@ -62,7 +63,8 @@ _FIELDS = {f.name: f for f in fields(ServingParams)}
 # --quantize (one setting: it goes to the caller, not into ServingParams).
 OPTION_TYPES: dict[str, type] = {**{k: int for k in _FIELDS}, "dynamic_batch": bool,
                                  "preferred_batch_size": list, "kind": str, "model_warmup": bool,
-                                 "warmup_dims": dict, "prepack": bool, "quantization_level": str}
+                                 "warmup_dims": dict, "prepack": bool, "dequantize_at_load": bool,
+                                 "quantization_level": str}
 # The flag that sets each key on `convert`.
 FLAGS = {k: "--" + k.replace("_", "-") for k in OPTION_TYPES}
 FLAGS.update(model_warmup="--warmup", quantization_level="--quantize")

@@ -27,7 +27,9 @@ class TritonPythonModel:
         path = os.path.join(HERE, params.get("mcp_runtime", "model.mcpir"))
         threads = int(params.get("intra_op_threads", "0") or 0)
         prepack = params.get("ort_prepack", "true").lower() != "false"
-        self.model = MCPIRModel(path, intra_op_threads=threads or None, prepack=prepack)
+        dequantize = params.get("ort_dequantize_at_load", "false").lower() == "true"
+        self.model = MCPIRModel(path, intra_op_threads=threads or None, prepack=prepack,
+                                dequantize_at_load=dequantize)
         self.inputs = [i["name"] for i in cfg["input"]]
         self.outputs = [o["name"] for o in cfg["output"]]
         # scalars the model takes or gives travel as [1] (Triton has no scalars without batching)

@@ -40,7 +40,7 @@ class MCPIRModel:
 
     def __init__(self, path: str | os.PathLike, *, providers: list[str] | None = None,
                  intra_op_threads: int | None = None, options: ort.SessionOptions | None = None,
-                 prepack: bool = True, keep_proto: bool = False) -> None:
+                 prepack: bool = True, keep_proto: bool = False, dequantize_at_load: bool = False) -> None:
         self.path = Path(path)
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -83,6 +83,10 @@ class MCPIRModel:
                                     str(self.path.resolve().parent))
         if not prepack:
             so.add_session_config_entry("session.disable_prepacking", "1")
+        if dequantize_at_load:
+            # constant folding then folds DequantizeLinear of the weights too (it leaves them for
+            # QDQ kernel fusion otherwise): float32 weights in memory, computed once
+            so.add_session_config_entry("session.disable_quant_qdq", "1")
         self.session = ort.InferenceSession(proto, so, providers=providers or ["CPUExecutionProvider"])
         # The lowered ONNX (weights named, not included), for inspection and tests.
         self.onnx_bytes = proto if keep_proto else None

@@ -96,11 +96,12 @@ def _expected(path, w1_deq, w2_deq, x):
 
 @pytest.mark.parametrize("fmt", ["matmulnbits", "qdq"])
 @pytest.mark.parametrize("symmetric", [False, True])
-def test_int4_lowering_runs_exactly_the_dequantized_weights(tmp_path, fmt, symmetric):
+@pytest.mark.parametrize("method", ["search", "rtn"])
+def test_int4_lowering_runs_exactly_the_dequantized_weights(tmp_path, fmt, symmetric, method):
     path, model = _mlp(tmp_path)
     src = onnx.load(path)
     w = {t.name: numpy_helper.to_array(t) for t in src.graph.initializer}
-    opts = QuantizeOptions(mode="int4", block_size=32, symmetric=symmetric, int4_format=fmt)
+    opts = QuantizeOptions(mode="int4", block_size=32, symmetric=symmetric, int4_format=fmt, int4_method=method)
     if fmt == "qdq":
         UpgradeOpsetPass(21).run(model, PassContext())
     r = QuantizeInt4Pass().run(model, PassContext(quantize=opts))
@@ -109,9 +110,9 @@ def test_int4_lowering_runs_exactly_the_dequantized_weights(tmp_path, fmt, symme
     assert _ops(model).count("MatMulNBits" if fmt == "matmulnbits" else "DequantizeLinear") == 4
     assert not {"w1_0", "w2_0", "w1_1", "w2_1"} & set(model.graph.initializers)   # float weights gone
     # Gemm: transB and alpha fold into the weight, so compare against alpha * W1^T dequantized.
-    deq1 = {f"w1_{i}": (quantize_int4(0.5 * w[f"w1_{i}"].T, 32, symmetric).dequantize().T / 0.5).astype(np.float32)
-            for i in range(2)}
-    deq2 = {f"w2_{i}": quantize_int4(w[f"w2_{i}"], 32, symmetric).dequantize() for i in range(2)}
+    deq1 = {f"w1_{i}": (quantize_int4(0.5 * w[f"w1_{i}"].T, 32, symmetric, method).dequantize().T / 0.5)
+            .astype(np.float32) for i in range(2)}
+    deq2 = {f"w2_{i}": quantize_int4(w[f"w2_{i}"], 32, symmetric, method).dequantize() for i in range(2)}
     x = np.random.default_rng(0).standard_normal((3, 128)).astype(np.float32)
     got = _run_exact(model, {"x": x})[0]
     np.testing.assert_allclose(got, _expected(path, deq1, deq2, x), **EXACT)
@@ -172,7 +173,7 @@ def test_conv_weights_with_quantize_conv(tmp_path, mode):
     assert r.stats["quantized"] == 1 and _ops(model) == ["DequantizeLinear", "Conv"]
     if mode == "int4":   # blocks of 32 along the input channels
         kn = np.moveaxis(w, 1, -1).reshape(-1, 64).T
-        deq = np.moveaxis(quantize_int4(kn, 32).dequantize().T.reshape(32, 3, 3, 64), -1, 1)
+        deq = np.moveaxis(quantize_int4(kn, 32, method=opts.int4_method).dequantize().T.reshape(32, 3, 3, 64), -1, 1)
     else:
         deq = quantize_fp8(w, "e4m3fn", 0).dequantize()
     x = np.random.default_rng(1).standard_normal((1, 64, 8, 8)).astype(np.float32)
@@ -193,7 +194,7 @@ def test_conv_is_skipped_without_the_flag_and_says_why(tmp_path):
 
 def test_skip_reasons(tmp_path):
     path, model = _mlp(tmp_path)
-    opts = QuantizeOptions(exclude=["fc1_*"], max_error=0.05)
+    opts = QuantizeOptions(exclude=["fc1_*"], max_error=0.05, int4_method="rtn")
     r = QuantizeInt4Pass().run(model, PassContext(quantize=opts))
     reasons = {d["node"]: d["reason"] for d in r.details}
     assert reasons["fc1_0"] == reasons["fc1_1"] == "excluded by --quantize-exclude fc1_*"
@@ -261,8 +262,14 @@ def test_cli_accuracy_budget_fails_and_writes_nothing(tmp_path):
     path = mlp_onnx(tmp_path / "mlp.onnx")
     repo = tmp_path / "repo"
     r = _cli("-i", str(path), "-t", "triton-v1.12", "-o", str(repo), "--quantize", "int4",
-             "--accuracy-budget", "cos=0.9999999")
+             "--accuracy-budget", "cos=0.9999999", "--no-auto-exclude")
     assert r.exit_code == 1 and "outside --accuracy-budget" in r.output and "cosine 0.99" in r.output
+    assert not repo.exists() or not any(repo.iterdir())
+    # with layer selection (the default with a budget): no selection holds it either, and it says so
+    r = _cli("-i", str(path), "-t", "triton-v1.12", "-o", str(repo), "--quantize", "int4",
+             "--accuracy-budget", "cos=0.9999999")
+    assert r.exit_code == 1 and "no selection of quantized layers holds --accuracy-budget" in r.output
+    assert "the least sensitive alone" in r.output and "nothing was written" in r.output
     assert not repo.exists() or not any(repo.iterdir())
     r = _cli("-i", str(path), "-t", "triton-v1.12", "-o", str(repo), "--quantize", "fp8",
              "--accuracy-budget", "cos=0.99,max-abs=0.01")
@@ -271,7 +278,8 @@ def test_cli_accuracy_budget_fails_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--quantize", "int8"], "expected one of none, int4, fp8"),
+    (["--quantize", "int8"], "expected one of none, int4, fp8, fp16, bf16"),
+    (["--quantize", "int4", "--int4-method", "gptq"], "--int4-method: expected search or rtn"),
     (["--quantize", "int4", "--group-size", "48"], "--group-size: expected one of"),
     (["--quantize", "int4", "--accuracy-budget", "cosine=1"], "KEY one of cos, max-abs, rel, top1"),
     (["--quantize", "int4", "--accuracy-budget", "cos=high"], "'high' is not a number"),
