@@ -39,6 +39,10 @@ class Rule:
         return _roots(self.pattern)
 
 
+def _root_ops(rules: Sequence[Rule]) -> set[str]:
+    return set().union(*(r.roots() for r in rules)) if rules else set()
+
+
 def _roots(p: Pattern) -> set[str]:
     if isinstance(p, Op):
         return {p.op_type}
@@ -70,23 +74,28 @@ class RuleSetPass(Pass):
             return PassResult(model, False, {"fired": 0, "reason": reason})
         fired: dict[str, int] = {r.name: 0 for rnd in self.rounds for r in rnd}
         misses: list[dict] = []
+        explain = self.name in ctx.explain
         for rnd in self.rounds:
             rules = [r for r in rnd if (model.onnx_opset or 0) >= r.min_opset]
+            ops = _root_ops(rules)
             for g in model.all_graphs():
+                if not any(n.op_type in ops for n in g.nodes):
+                    continue   # no candidate site: the sweep (and its name table) would find nothing
                 for _ in range(self.max_sweeps if self.until_fixpoint else 1):
-                    sweep_misses: list[dict] = []
+                    sweep_misses: list[dict] | None = [] if explain else None
                     done = self._sweep(model, g, rules, sweep_misses)
                     for name in done:
                         fired[name] += 1
                     if not done:
                         break
-                misses += sweep_misses   # the last sweep's: the sites that never fired
+                misses += sweep_misses or []   # the last sweep's: the sites that never fired
         stats: dict = {"fired": sum(fired.values()), **fired}
-        if self.name in ctx.explain:
+        if explain:
             stats["not_fired"] = misses
         return PassResult(model, stats["fired"] > 0, stats)
 
-    def _sweep(self, model: Model, g: Graph, rules: list[Rule], misses: list[dict]) -> list[str]:
+    def _sweep(self, model: Model, g: Graph, rules: list[Rule], misses: list[dict] | None) -> list[str]:
+        """One sweep of `rules` over g; `misses` (when explaining) gets why each site did not fire."""
         outputs = {id(v) for v in g.outputs}
         splice = R.Splice(g)
         done = []
@@ -98,16 +107,23 @@ class RuleSetPass(Pass):
         splice.apply()
         return done
 
-    def _sweep_nodes(self, model: Model, g: Graph, rules: list[Rule], misses: list[dict], outputs: set[int],
-                     splice: R.Splice, done: list[str]) -> None:
+    def _sweep_nodes(self, model: Model, g: Graph, rules: list[Rule], misses: list[dict] | None,
+                     outputs: set[int], splice: R.Splice, done: list[str]) -> None:
+        by_root: dict[str, list[Rule]] = {}
+        for rule in rules:
+            for op in rule.roots():
+                by_root.setdefault(op, []).append(rule)
         for root in (reversed(g.nodes) if self.reverse else list(g.nodes)):
+            candidates = by_root.get(root.op_type)
+            if not candidates or not root.is_onnx():
+                continue
             why = []
-            for rule in rules:
-                if root.op_type not in rule.roots() or not root.is_onnx():
-                    continue
+            for rule in candidates:
                 m = match(rule.pattern, root, outputs)
                 if m is not None and rule.extend is not None:
                     m.nodes += rule.extend(m, outputs)
+                if m is None and misses is None:
+                    continue   # why it did not match is worked out only for --explain-pass
                 reason = (why_not(rule.pattern, root, outputs) if m is None else
                           "its nodes were rewritten by another match" if splice.taken(m.nodes) else
                           rule.check(m, model) if rule.check else None)
@@ -120,7 +136,7 @@ class RuleSetPass(Pass):
                 done.append(rule.name)
                 why = []
                 break
-            if why:
+            if why and misses is not None:
                 misses.append({"node": root.name or root.outputs[0].name, "op": root.op_type, "why": why})
 
     def broken_claims(self, model: Model, ctx: PassContext) -> list[str]:

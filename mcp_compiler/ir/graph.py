@@ -207,15 +207,17 @@ class Graph:
         """Every node of this graph and its subgraphs, depth first."""
         for n in self.nodes:
             yield n
-            for g in n.subgraphs():
-                yield from g.walk()
+            if n.attributes:   # (most nodes have none: skip the generator)
+                for g in n.subgraphs():
+                    yield from g.walk()
 
     def graphs(self) -> Iterator[Graph]:
         """This graph and every subgraph."""
         yield self
         for n in self.nodes:
-            for g in n.subgraphs():
-                yield from g.graphs()
+            if n.attributes:
+                for g in n.subgraphs():
+                    yield from g.graphs()
 
 
 @dataclass
