@@ -219,14 +219,21 @@ def bench(label: str, src: Path, out: Path, feeds: list[dict], runs: int, reps: 
             rows.append([label, name, "failed", "", "", "", "", "", "", "", "", ""])
             continue
         wb = weight_bytes(path)
-        _, lat, mad, cos = evaluate(path, feeds, ref_outs, reps)
+        try:
+            _, lat, mad, cos = evaluate(path, feeds, ref_outs, reps)
+        except Exception as e:  # noqa: BLE001 - a tool's output onnxruntime cannot load or run
+            reason = str(e).strip().splitlines()[0][-120:]
+            rows.append([label, name, f"{statistics.median(r.wall for r in rs):.2f}", "", f"{wb / 2**20:.1f}", "",
+                         f"BROKEN: onnxruntime cannot run it ({reason})", "", "", "", "", ""])
+            print(" | ".join(rows[-1]), flush=True)
+            continue
         served_lat = evaluate(path, feeds[:1], None, reps, served=True)[1] if served else lat
-        if name == "ORT MatMulNBits g32 RTN":
+        if name == "ORT MatMulNBits g32 RTN" and wb < fp32:
             rtn_err = 1 - cos
         rows.append([label, name, f"{statistics.median(r.wall for r in rs):.2f}",
                      f"{statistics.median(r.rss_mb for r in rs):.0f}", f"{wb / 2**20:.1f}", f"{wb / fp32:.3f}",
                      f"{lat:.2f}", f"{served_lat:.2f}", f"{served_lat / ref_lat:.2f}", f"{mad:.4g}", f"{cos:.6f}",
-                     f"{(1 - cos) / rtn_err:.3f}" if rtn_err else ""])
+                     f"{(1 - cos) / rtn_err:.3f}" if rtn_err else "n/a"])
         print(" | ".join(rows[-1]), flush=True)
     if not _has_torch():
         rows.append([label, "ORT MatMulNBits g32 HQQ", "not run: needs torch, not installed here", "", "", "", "",
@@ -275,7 +282,8 @@ def main() -> int:
             f"{reps} runs; served: as the Triton runtime runs it on CPU (fp8 and int4-qdq weights dequantized "
             "once at load; the others as they are). Error: all float outputs of 4 inputs the model accepts "
             "against the FP32 model; error x ORT RTN = (1 - cosine) / (1 - cosine of onnxruntime's RTN at "
-            "group 32). The budget rows keep the most sensitive layers in float (their accuracy samples are "
+            "group 32; n/a where it quantized nothing or broke the model). "
+            "The budget rows keep the most sensitive layers in float (their accuracy samples are "
             "2 random inputs; the cosine here is on 4 others).\n\n"
             + table(header, rows))
     print(body)
