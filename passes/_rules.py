@@ -39,8 +39,13 @@ class Rule:
         return _roots(self.pattern)
 
 
-def _root_ops(rules: Sequence[Rule]) -> set[str]:
-    return set().union(*(r.roots() for r in rules)) if rules else set()
+def _by_root(rules: Sequence[Rule]) -> dict[str, list[Rule]]:
+    """The rules whose pattern may start at each op type, in rule order."""
+    out: dict[str, list[Rule]] = {}
+    for rule in rules:
+        for op in rule.roots():
+            out.setdefault(op, []).append(rule)
+    return out
 
 
 def _roots(p: Pattern) -> set[str]:
@@ -76,14 +81,13 @@ class RuleSetPass(Pass):
         misses: list[dict] = []
         explain = self.name in ctx.explain
         for rnd in self.rounds:
-            rules = [r for r in rnd if (model.onnx_opset or 0) >= r.min_opset]
-            ops = _root_ops(rules)
+            by_root = _by_root([r for r in rnd if (model.onnx_opset or 0) >= r.min_opset])
             for g in model.all_graphs():
-                if not any(n.op_type in ops for n in g.nodes):
+                if not any(n.op_type in by_root for n in g.nodes):
                     continue   # no candidate site: the sweep (and its name table) would find nothing
                 for _ in range(self.max_sweeps if self.until_fixpoint else 1):
                     sweep_misses: list[dict] | None = [] if explain else None
-                    done = self._sweep(model, g, rules, sweep_misses)
+                    done = self._sweep(model, g, by_root, sweep_misses)
                     for name in done:
                         fired[name] += 1
                     if not done:
@@ -94,25 +98,22 @@ class RuleSetPass(Pass):
             stats["not_fired"] = misses
         return PassResult(model, stats["fired"] > 0, stats)
 
-    def _sweep(self, model: Model, g: Graph, rules: list[Rule], misses: list[dict] | None) -> list[str]:
-        """One sweep of `rules` over g; `misses` (when explaining) gets why each site did not fire."""
+    def _sweep(self, model: Model, g: Graph, by_root: dict[str, list[Rule]], misses: list[dict] | None) -> list[str]:
+        """One sweep of the rules (by root op) over g; `misses` (when explaining) gets why each
+        site did not fire."""
         outputs = {id(v) for v in g.outputs}
         splice = R.Splice(g)
         done = []
         R._SWEEP_NAMES[id(g)] = R.value_names(g)
         try:
-            self._sweep_nodes(model, g, rules, misses, outputs, splice, done)
+            self._sweep_nodes(model, g, by_root, misses, outputs, splice, done)
         finally:
             del R._SWEEP_NAMES[id(g)]
         splice.apply()
         return done
 
-    def _sweep_nodes(self, model: Model, g: Graph, rules: list[Rule], misses: list[dict] | None,
+    def _sweep_nodes(self, model: Model, g: Graph, by_root: dict[str, list[Rule]], misses: list[dict] | None,
                      outputs: set[int], splice: R.Splice, done: list[str]) -> None:
-        by_root: dict[str, list[Rule]] = {}
-        for rule in rules:
-            for op in rule.roots():
-                by_root.setdefault(op, []).append(rule)
         for root in (reversed(g.nodes) if self.reverse else list(g.nodes)):
             candidates = by_root.get(root.op_type)
             if not candidates or not root.is_onnx():

@@ -13,8 +13,10 @@ def required_opset(opts: QuantizeOptions) -> int:
     """The ai.onnx opset the quantized model needs (0: any)."""
     if opts.mode == "fp8":
         return FP8_MIN_OPSET
-    if opts.mode in ("fp16", "bf16"):
-        return BF16_MIN_OPSET if opts.mode == "bf16" else 0
+    if opts.mode == "bf16":
+        return BF16_MIN_OPSET
+    if opts.mode == "fp16":
+        return 0
     return INT4_QDQ_MIN_OPSET if opts.int4_format == "qdq" else 0
 
 

@@ -141,8 +141,9 @@ def stand_in(c: Candidate, w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(w, np.float32).reshape(c.weight.const.dims)
 
 
-def keep_record(decisions: Decisions, c: Candidate, selection: dict | None) -> None:
-    decisions.skip(c.node, "kept in float to hold --accuracy-budget (most sensitive)", c.weight)
+def keep_record(decisions: Decisions, node: Node, weight: Value) -> None:
+    """A layer --accuracy-budget's selection keeps in float."""
+    decisions.skip(node, "kept in float to hold --accuracy-budget (most sensitive)", weight)
 
 
 def parallel_map(fn, items: list) -> list:  # noqa: ANN001

@@ -141,13 +141,9 @@ def _search(groups: np.ndarray, importance: np.ndarray | None, symmetric: bool) 
             span = np.maximum(x.max(axis=-1), 0.0) - lo
         best = None
         for t in SHRINK:
-            if symmetric:
-                s, z = base * np.float32(t), z0
-            else:
-                s = span * np.float32(t / 15.0)
-                s[s == 0] = 1.0
-                z = np.clip(np.rint(-lo * np.float32(t) / s), 0, 15)
+            s = base * np.float32(t) if symmetric else span * np.float32(t / 15.0)
             s = np.where(s == 0, np.float32(1.0), s)
+            z = z0 if symmetric else np.clip(np.rint(-lo * np.float32(t) / s), 0, 15)
             q = _round(x, s, z, symmetric)
             q -= z[:, None]                                  # the signed integer each value becomes
             qw = q if wgt is None else q * wgt

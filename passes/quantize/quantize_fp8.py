@@ -59,7 +59,7 @@ class QuantizeFp8Pass(Pass):
             n = c.node
             axis = axis_of(c)
             if c.weight.name in kept:
-                W.keep_record(decisions, c, selection)
+                W.keep_record(decisions, c.node, c.weight)
                 continue
             before = c.weight.const.nbytes
             originals += [v for v in n.inputs[1:] if v is not None]

@@ -82,7 +82,7 @@ class QuantizeHalfPass(Pass):
         for v, reader, half, err in todo:
             t = v.const
             if v.name in kept:
-                decisions.skip(reader, "kept in float to hold --accuracy-budget (most sensitive)", v)
+                W.keep_record(decisions, reader, v)
                 continue
             hv = W.constant(g, namer, f"{v.name}_{opts.mode}", half)
             wide = Value(namer(f"{v.name}_f32"))

@@ -72,7 +72,7 @@ class QuantizeInt4Pass(Pass):
             for c, b, _ in chosen])
         for c, blocks, err in chosen:
             if c.weight.name in kept:
-                W.keep_record(decisions, c, selection)
+                W.keep_record(decisions, c.node, c.weight)
                 continue
             before = c.weight.const.nbytes
             originals += [v for v in c.node.inputs[1:] if v is not None]
