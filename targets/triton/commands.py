@@ -30,7 +30,10 @@ class Protocol(Choice):
     http = "http"
 
 
-@command("serve", "mcp-cli serve model_repository", "mcp-cli serve model_repository --explicit --grpc-port 0")
+@command("serve", "mcp-cli serve model_repository",
+         "mcp-cli serve model_repository --grpc-port 0 --json",
+         "mcp-cli serve model_repository --allow-unavailable",
+         "mcp-cli serve model_repository --no-load        # start empty, for `deploy` only")
 def serve(
     repository: Path = typer.Argument(..., help="The model repository folder."),
     http_port: Optional[int] = typer.Option(None, "--http-port", min=0, max=65535,
@@ -39,15 +42,23 @@ def serve(
                                             help="Default: 8001, or a free port if taken; 0: a free port."),
     metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535,
                                                help="Default: 8002, or a free port if taken; 0: a free port."),
-    explicit: bool = typer.Option(False, "--explicit", help="Start with no model loaded "
-                                  "(model-control-mode explicit, for `deploy`)."),
+    load: bool = typer.Option(True, "--load/--no-load", help="Load every model of the repository at start "
+                              "(default); --no-load starts with none loaded."),
+    explicit: bool = typer.Option(False, "--explicit", hidden=True, help="Same as --no-load (the older spelling)."),
+    poll: bool = typer.Option(False, "--poll", help="Triton's poll mode instead: the repository folder is "
+                              "watched for changes, and deploy/undeploy are refused by the server."),
+    allow_unavailable: bool = typer.Option(False, "--allow-unavailable", help="Keep serving when a model "
+                                           "fails to load (default: stop, exit 1, naming each one and why)."),
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
-    """Start a local Triton Inference Server on 127.0.0.1 for REPOSITORY (Ctrl-C stops it).
+    """Start a local Triton Inference Server on 127.0.0.1 for REPOSITORY (Ctrl-C stops it, exit 0).
 
-    A port you give that is taken is an error; the defaults are Triton's own (8000, 8001, 8002),
-    each replaced by a free port when taken. With --json, one JSON object when the server is
-    ready (its URLs and models), then it serves until stopped.
+    Every model of the repository is loaded, and the server accepts `deploy`/`undeploy` for more
+    (Triton's explicit model control with every model loaded at start). A model that fails to
+    load stops it with one line per model and exit 1, unless --allow-unavailable. A port you give
+    that is taken is an error; the defaults are Triton's own (8000, 8001, 8002), each replaced by a
+    free port when taken. With --json, one JSON object when the server is ready (its URLs and
+    models), then it serves until stopped.
     """
     rep = reporter(json_out)
 
@@ -60,20 +71,30 @@ def serve(
         def stop(signum, frame):  # noqa: ANN001, ANN202
             raise KeyboardInterrupt
 
-        # SIGTERM (kill, a service manager) stops it like Ctrl-C: the server and its folder go
+        if poll and (explicit or not load):
+            raise UsageError("--poll loads the whole repository: it does not go with --no-load")
+        mode = "poll" if poll else "explicit"
+        # SIGTERM (kill, a service manager) stops it like Ctrl-C: the server and its folder go.
+        # SIGINT too, explicitly: a job a script started with `&` inherits SIGINT ignored.
         signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
         ports, notes = _ports(http_port, grpc_port, metrics_port)
-        # A model that fails to load is reported, not fatal: the others keep serving.
-        server = TritonServer(repository, explicit=explicit, http_port=ports["http"], grpc_port=ports["grpc"],
-                              metrics_port=ports["metrics"],
+        # the server keeps running when a model fails to load: the failures are reported below
+        server = TritonServer(repository, mode=mode, load_all=load and not explicit, http_port=ports["http"],
+                              grpc_port=ports["grpc"], metrics_port=ports["metrics"],
                               extra_args=["--exit-on-error=false", "--strict-readiness=false"])
         failed = True
         try:
             with rep.status("starting tritonserver"):
                 server.start()
             try:
+                models = server.models()
+                loading = poll or (load and not explicit)
+                down = [m for m in models if m.get("state") != "READY"] if loading else []
+                if down and not allow_unavailable:
+                    _unavailable(rep, down, len(models))
                 # the Ctrl-C that the last line printed invites may come before _wait's loop starts
-                _serving(rep, server, repository, notes)
+                _serving(rep, server, repository, notes, models, mode)
                 _wait(server)
             except KeyboardInterrupt:
                 sys.stderr.write("stopping tritonserver\n")
@@ -83,6 +104,17 @@ def serve(
             server.close(keep_log=failed and server.log_path.exists() and server.proc is not None)
 
     run(rep, debug, body)
+
+
+def _unavailable(rep, down: list[dict], total: int) -> None:  # noqa: ANN001
+    from mcp_compiler.errors import ServerLoadError
+
+    rep.json({"unavailable": down})
+    for m in down:
+        rep.err.print(f"model {m['name']} v{m.get('version') or '-'}: {m.get('state') or 'NOT LOADED'}: "
+                      f"{m.get('reason') or 'no reason given'}", markup=False)
+    raise ServerLoadError(f"{len(down)} of {total} models failed to load (listed above); "
+                          "--allow-unavailable serves the others")
 
 
 def _ports(http: int | None, grpc: int | None, metrics: int | None) -> tuple[dict[str, int], list[str]]:
@@ -99,23 +131,29 @@ def _ports(http: int | None, grpc: int | None, metrics: int | None) -> tuple[dic
     return ports, notes
 
 
-def _serving(rep, server, repository: Path, notes: list[str]) -> None:  # noqa: ANN001
-    models = server.models()
+def _serving(rep, server, repository: Path, notes: list[str], models: list[dict], mode: str) -> None:  # noqa: ANN001
     rep.json({"http": f"http://{server.http_url}", "grpc": f"grpc://{server.grpc_url}",
               "metrics": f"http://{server.metrics_url}/metrics", "log": str(server.log_path),
-              "notes": notes, "models": models})
+              "model_control": mode, "notes": notes, "models": models})
     if rep.json_mode:
         rep.finish(ok=True)   # printed now: the server runs until stopped
         return
     for note in notes:
         rep.out.print(f"note: {note}", markup=False)
     rep.out.print(f"Triton is serving {repository}\n  HTTP     http://{server.http_url}\n"
-                  f"  gRPC     grpc://{server.grpc_url}\n  metrics  http://{server.metrics_url}/metrics\n"
+                  f"  gRPC     grpc://{server.grpc_url}\n  metrics  http://{server.metrics_url}/metrics  (Prometheus)\n"
                   f"  log      {server.log_path}", markup=False)
     for m in models:
-        reason = f" ({m['reason']})" if m.get("reason") else ""
-        rep.out.print(f"  model {m['name']} v{m.get('version', '?')}: {m.get('state', '?')}{reason}", markup=False)
+        rep.out.print(f"  model {_model_line(m)}", markup=False)
+    if mode == "explicit":
+        rep.out.print(f"Deploy more: mcp-cli deploy DIR/NAME --url grpc://{server.grpc_url}", markup=False)
     rep.out.print("Ctrl-C stops it.", markup=False)
+
+
+def _model_line(m: dict) -> str:
+    version = f" v{m['version']}" if m.get("version") else ""
+    reason = f" ({m['reason']})" if m.get("reason") else ""
+    return f"{m['name']}{version}: {m.get('state') or 'NOT LOADED'}{reason}"
 
 
 def _wait(server) -> None:  # noqa: ANN001 - serve.TritonServer
@@ -164,8 +202,10 @@ def verify(
     run(rep, debug, body)
 
 
-UrlOpt = typer.Option(..., "--url", help="The Triton server, HOST:PORT (its gRPC or HTTP port).")
-ProtoOpt = typer.Option(Protocol.grpc, "--protocol", case_sensitive=False, help="grpc or http.")
+UrlOpt = typer.Option(..., "--url", help="The Triton server: grpc://HOST:PORT, http://HOST:PORT "
+                      "(as `serve` prints them), or HOST:PORT with --protocol.")
+ProtoOpt = typer.Option(None, "--protocol", case_sensitive=False,
+                        help="grpc or http, for a --url without a scheme (default grpc).")
 SslOpt = typer.Option(False, "--ssl", help="TLS (gRPC; Triton's HTTP endpoint has no TLS of its own).")
 RootOpt = typer.Option(None, "--root-cert", help="CA certificate to check the server with.")
 CertOpt = typer.Option(None, "--client-cert", help="Client certificate, for mutual TLS.")
@@ -177,7 +217,7 @@ HeaderOpt = typer.Option("mcp-api-key", "--token-header",
 TimeoutOpt = typer.Option(60.0, "--timeout", help="Network timeout, seconds.")
 
 
-def _connection(url: str, protocol: Protocol, ssl: bool, root_cert: Optional[Path], client_cert: Optional[Path],  # noqa: ANN202
+def _connection(url: str, protocol: Optional[Protocol], ssl: bool, root_cert: Optional[Path], client_cert: Optional[Path],  # noqa: ANN202
                 client_key: Optional[Path], token: Optional[str], token_header: str, timeout: float):
     import os
 
@@ -185,15 +225,17 @@ def _connection(url: str, protocol: Protocol, ssl: bool, root_cert: Optional[Pat
 
     if (client_cert is None) != (client_key is None):
         raise UsageError("--client-cert and --client-key go together")
+    from .deploy import parse_url
+
+    hostport, proto, ssl = parse_url(url, str(protocol) if protocol is not None else None, ssl)
     if (root_cert or client_cert) and not ssl:
-        raise UsageError("--root-cert/--client-cert need --ssl")
-    if ":" not in url or url.startswith(("http://", "https://", "grpc://")):
-        raise UsageError(f"--url: expected HOST:PORT, got {url!r}")
-    return Connection(url, str(protocol), ssl, root_cert, client_cert, client_key,
+        raise UsageError("--root-cert/--client-cert need --ssl (or an https:// / grpcs:// --url)")
+    return Connection(hostport, proto, ssl, root_cert, client_cert, client_key,
                       token or os.environ.get("MCP_API_KEY") or None, token_header, timeout)
 
 
-@command("deploy", "mcp-cli deploy model_repository/model --url 127.0.0.1:8001",
+@command("deploy", "mcp-cli deploy model_repository/model --url grpc://127.0.0.1:8001",
+         "mcp-cli deploy model_repository/model --url http://127.0.0.1:8000 --model-version 2",
          "mcp-cli deploy model_repository/model --url triton:8001 --ssl --root-cert ca.pem --rollback-on-failure",
          "mcp-cli deploy model_repository/model --url 127.0.0.1:8001 --dry-run --json")
 def deploy(
@@ -210,12 +252,19 @@ def deploy(
                                           "(default: inputs the model accepts, found from its shapes)."),
     rollback: bool = typer.Option(False, "--rollback-on-failure",
                                   help="If the smoke inference fails, load the last good deploy again."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be sent, send nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the entry, print what would be sent, send nothing."),
+    force: bool = typer.Option(False, "--force", help="Replace the same version serving other files."),
     ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt, client_cert: Optional[Path] = CertOpt,
     client_key: Optional[Path] = KeyOpt, token: Optional[str] = TokenOpt, token_header: str = HeaderOpt,
     timeout: float = TimeoutOpt, json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
-    """Upload a model to a running Triton (model repository extension), wait for READY, smoke-test it."""
+    """Upload a model to a running Triton (model repository extension), wait for READY, smoke-test it.
+
+    The server must accept loads: `mcp-cli serve` does by default (not with --poll). Each
+    successful deploy is kept for --rollback-on-failure under $MCP_STATE_DIR (default
+    ~/.local/state/mcp-cli/deployments; at most $MCP_STATE_KEEP of them, default 8; `undeploy`
+    removes it). The same version serving other files needs --force.
+    """
     rep = reporter(json_out)
 
     def body() -> None:
@@ -227,7 +276,7 @@ def deploy(
         with rep.status(f"deploying {entry} to {conn.describe()}"):
             r = run_deploy(entry, conn, name=name, version=model_version if model_version is not None else version,
                            wait_timeout=wait_timeout, dry_run=dry_run, smoke=smoke, rollback_on_failure=rollback,
-                           inputs=inputs)
+                           inputs=inputs, force=force)
         rep.json(r.to_dict())
         if not json_out:
             _deployed(rep, r, conn)
@@ -245,18 +294,26 @@ def _deployed(rep, r, conn) -> None:  # noqa: ANN001
         return
     prev = f" (replacing v{', v'.join(map(str, r.previous_versions))})" if r.previous_versions else ""
     smoke_txt = f", smoke inference {r.smoke_seconds * 1e3:.1f} ms" if r.smoke_seconds is not None else ""
-    rep.out.print(f"deployed {r.name} v{r.version} to {r.url}{prev}: READY in {r.load_seconds:.2f} s"
-                  f"{smoke_txt}, {r.upload_bytes / 2**20:.1f} MiB uploaded", markup=False)
+    if r.unchanged:
+        rep.out.print(f"{r.name} v{r.version} on {r.url} already serves these files (sha256 {r.content_sha256[:12]}): "
+                      f"not reloaded{smoke_txt}", markup=False)
+    else:
+        rep.out.print(f"deployed {r.name} v{r.version} to {r.url}{prev}: READY in {r.load_seconds:.2f} s"
+                      f"{smoke_txt}, {r.upload_bytes / 2**20:.1f} MiB uploaded", markup=False)
+    if r.rollback_copy:
+        rep.out.print(f"kept for --rollback-on-failure: {r.rollback_copy} ({r.rollback_bytes / 2**20:.1f} MiB; "
+                      f"`mcp-cli undeploy {r.name}` removes it)", markup=False)
 
 
-@command("status", "mcp-cli status --url 127.0.0.1:8001", "mcp-cli status --url 127.0.0.1:8000 --protocol http --json")
+@command("status", "mcp-cli status --url grpc://127.0.0.1:8001", "mcp-cli status --url http://127.0.0.1:8000 --json")
 def server_status(
     url: str = UrlOpt, protocol: Protocol = ProtoOpt, ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt,
     client_cert: Optional[Path] = CertOpt, client_key: Optional[Path] = KeyOpt,
     token: Optional[str] = TokenOpt, token_header: str = HeaderOpt, timeout: float = TimeoutOpt,
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
-    """List the models and versions a Triton server has, and their state."""
+    """List the models and versions a Triton server has, their state (READY, LOADING, UNLOADING,
+    UNAVAILABLE, NOT LOADED) and the server's reason."""
     rep = reporter(json_out)
 
     def body() -> None:
@@ -270,31 +327,35 @@ def server_status(
         if not rows:
             rep.out.print("no models", markup=False)
         for m in rows:
-            reason = f" ({m['reason']})" if m.get("reason") else ""
-            rep.out.print(f"{m['name']} v{m.get('version') or '?'}: {m.get('state') or 'UNKNOWN'}{reason}", markup=False)
+            rep.out.print(_model_line(m), markup=False)
 
     run(rep, debug, body)
 
 
-@command("undeploy", "mcp-cli undeploy mymodel --url 127.0.0.1:8001")
+@command("undeploy", "mcp-cli undeploy mymodel --url grpc://127.0.0.1:8001")
 def undeploy(
     name: str = typer.Argument(..., help="The model to unload."),
     url: str = UrlOpt, protocol: Protocol = ProtoOpt, ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt,
     client_cert: Optional[Path] = CertOpt, client_key: Optional[Path] = KeyOpt,
     token: Optional[str] = TokenOpt, token_header: str = HeaderOpt, timeout: float = TimeoutOpt,
+    wait_timeout: float = typer.Option(60.0, "--wait-timeout", help="Seconds to wait for the unload to finish."),
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
-    """Unload a model from a running Triton."""
+    """Unload a model from a running Triton, wait until the server has let it go, and remove
+    the copy deploy kept of it for rollback."""
     rep = reporter(json_out)
 
     def body() -> None:
         from .deploy import undeploy as run_undeploy
 
-        run_undeploy(name, _connection(url, protocol, ssl, root_cert, client_cert, client_key, token,
-                                       token_header, timeout))
-        rep.json({"name": name, "unloaded": True})
+        r = run_undeploy(name, _connection(url, protocol, ssl, root_cert, client_cert, client_key, token,
+                                           token_header, timeout), wait_timeout=wait_timeout)
+        rep.json({"name": name, "unloaded": True, **r})
         if not json_out:
-            rep.out.print(f"unloaded {name}", markup=False)
+            now = "the server no longer lists it" if r["state"] == "UNLOADED" else f"now {r['state']}"
+            rep.out.print(f"unloaded {name} in {r['seconds']:.2f} s ({now})", markup=False)
+            if r["forgot"]:
+                rep.out.print(f"removed its rollback copy {r['forgot']}", markup=False)
 
     run(rep, debug, body)
 
@@ -329,7 +390,11 @@ def _remote(url: Optional[str], ssl: bool, root_cert, client_cert, client_key, t
         if ssl or root_cert or client_cert or token:
             raise UsageError("--ssl/--root-cert/--client-cert/--token need --url (a running server)")
         return None
-    return _connection(url, Protocol.grpc, ssl, root_cert, client_cert, client_key, token, token_header, timeout)
+    conn = _connection(url, None, ssl, root_cert, client_cert, client_key, token, token_header, timeout)
+    if conn.protocol != "grpc":
+        raise UsageError(f"--url {url}: bench measures over gRPC; give the server's gRPC port "
+                         "(the grpc:// address `serve` prints)")
+    return conn
 
 
 def _progress(rep):  # noqa: ANN001, ANN202
@@ -342,7 +407,7 @@ def _progress(rep):  # noqa: ANN001, ANN202
 @command("bench", "mcp-cli bench model_repository/model",
          "mcp-cli bench model_repository/model --concurrency 1,8,32 --batch-size 4 --json",
          "mcp-cli bench model_repository/model --rate 200,800 --seconds 10 --csv points.csv",
-         "mcp-cli bench mymodel --url 127.0.0.1:8001 --concurrency 16")
+         "mcp-cli bench mymodel --url grpc://127.0.0.1:8001 --concurrency 16")
 def bench(
     target: str = typer.Argument(..., help="DIR/NAME: a repository entry (a local Triton is started for it); "
                                  "or NAME with --url: a model a running server has.", show_default=False),
@@ -359,8 +424,8 @@ def bench(
     inputs: Optional[Path] = typer.Option(None, "--inputs", help="The request: the first sample of this .npz "
                                           "(or folder of them), arrays named like the inputs."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", dir_okay=False, help="Also write the points as CSV."),
-    url: Optional[str] = typer.Option(None, "--url", help="A running Triton's gRPC HOST:PORT (default: start "
-                                      "a local one for DIR/NAME)."),
+    url: Optional[str] = typer.Option(None, "--url", help="A running Triton's gRPC address, grpc://HOST:PORT "
+                                      "or HOST:PORT (default: start a local one for DIR/NAME)."),
     ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt, client_cert: Optional[Path] = CertOpt,
     client_key: Optional[Path] = KeyOpt, token: Optional[str] = TokenOpt, token_header: str = HeaderOpt,
     timeout: float = TimeoutOpt, json_out: bool = JsonOpt, debug: bool = DebugOpt,

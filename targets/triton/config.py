@@ -91,6 +91,9 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
     else:
         cfg.platform = "onnxruntime_onnx"
         cfg.backend = "onnxruntime"
+        warnings.append("backend onnxruntime: Triton servers built with the onnxruntime backend (NVIDIA's "
+                        "tritonserver containers) serve this entry; the local `mcp-cli serve` (PyPI's "
+                        "tritonserver) has only the python backend and cannot load it (--backend python can)")
     cfg.max_batch_size = p.max_batch_size if batched else 0
     inputs, outputs = interface(model)
     cfg.input.extend(_tensor_config(v, batched, mc.ModelInput) for v in inputs)

@@ -1,17 +1,25 @@
 """Push a repository entry to a running Triton through its model repository extension.
 
 `load_model(name, config=JSON, files={"file:<v>/<path>": bytes})` uploads the version folder in
-the request, so the server's own repository need not be writable by the user. Every successful
-deploy is recorded locally (config and files, under the state folder) so that a later deploy
-whose smoke inference fails can be rolled back with `rollback_on_failure`.
+the request, so the server's own repository need not be writable by the user. The config sent
+carries the SHA-256 of the files (`mcp_content_sha256`): changed files always change the config,
+so Triton really reloads, and what the server serves can be checked against what was sent.
+
+The last good deploy of each model on each server is kept under the state folder
+(`$MCP_STATE_DIR`, default `~/.local/state/mcp-cli/deployments`) so that a later deploy whose
+smoke inference fails can be rolled back with `rollback_on_failure`; `undeploy` removes it, and
+at most `MCP_STATE_KEEP` (default 8) are kept, the oldest going first.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import time
+import urllib.error
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +48,31 @@ class DeployError(ServerError):
 
 class NotLoadedError(ServerError):
     """undeploy: the server does not have the model loaded."""
+
+
+SCHEMES = {"grpc": ("grpc", False), "grpcs": ("grpc", True), "http": ("http", False), "https": ("http", True)}
+
+
+def parse_url(url: str, protocol: str | None = None, ssl: bool = False) -> tuple[str, str, bool]:
+    """`--url` as users write it -> (HOST:PORT, protocol, ssl). Takes HOST:PORT (protocol from
+    `protocol`, default grpc), grpc://, grpcs://, http:// and https:// (the scheme picks the
+    protocol and TLS), with or without a trailing slash; `[::1]:8001` for IPv6."""
+    text = url.strip()
+    scheme, sep, rest = text.partition("://")
+    if sep:
+        if scheme.lower() not in SCHEMES:
+            raise UsageError(f"--url {url!r}: unknown scheme {scheme!r} (grpc://, http://, https:// or HOST:PORT)")
+        proto, tls = SCHEMES[scheme.lower()]
+        if protocol is not None and protocol != proto:
+            raise UsageError(f"--url {url!r} is {proto} but --protocol says {protocol}: give one")
+        ssl = ssl or tls
+    else:
+        rest, proto = text, protocol or "grpc"
+    rest = rest.rstrip("/")
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host or "/" in rest or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        raise UsageError(f"--url: expected HOST:PORT, grpc://HOST:PORT or http://HOST:PORT, got {url!r}")
+    return f"{host}:{int(port)}", proto, ssl
 
 
 @dataclass
@@ -77,6 +110,10 @@ class DeployReport:
     load_seconds: float | None = None
     smoke_seconds: float | None = None
     previous_versions: list[int] = field(default_factory=list)
+    content_sha256: str | None = None
+    unchanged: bool = False              # the server served these very files already: no reload
+    rollback_copy: str | None = None     # where this deploy is kept for --rollback-on-failure
+    rollback_bytes: int | None = None
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -131,9 +168,35 @@ def _server_error(conn: Connection, e: BaseException, doing: str) -> McpError:
         return ServerAuthError(f"{conn.describe()} refused {doing} (token missing or wrong?): {msg}")
     if any(s in low for s in _TLS):
         return ServerAuthError(f"TLS with {conn.describe()} failed while {doing}: {msg}")
+    if "polling is enabled" in low or "explicit model load / unload is not allowed" in low:
+        return ServerError(f"{conn.describe()} refuses loads and unloads while {doing}: it polls its repository "
+                           "folder (Triton's --model-control-mode=poll; `mcp-cli serve --poll`). Start it with "
+                           "`mcp-cli serve DIR` (loads DIR's models and accepts deploys) or --model-control-mode=explicit")
+    hint = _other_protocol_hint(conn, low)
+    if hint:
+        return ServerUnreachableError(f"{conn.describe()} does not answer {conn.protocol} while {doing}: {hint}")
     if any(s in low for s in _UNREACHABLE):
         return ServerUnreachableError(f"cannot reach Triton at {conn.describe()} while {doing}: {msg}")
     return ServerError(f"{conn.describe()}: {doing} failed: {msg}")
+
+
+def _other_protocol_hint(conn: Connection, low: str) -> str | None:
+    """A port that speaks the other protocol (Triton's HTTP port given to a gRPC client, or the
+    reverse) fails with a transport error that names neither; ask the port the other way."""
+    if conn.ssl:
+        return None
+    if conn.protocol == "grpc" and "socket closed" in low:
+        try:
+            with urllib.request.urlopen(f"http://{conn.url}/v2/health/live", timeout=min(conn.timeout, 3)):
+                pass
+        except urllib.error.HTTPError:
+            pass   # an HTTP answer all the same
+        except (OSError, ValueError):
+            return None
+        return f"{conn.url} is an HTTP port (Triton's HTTP endpoint?): use --url http://{conn.url}, or the gRPC port"
+    if conn.protocol == "http" and ("expected http/" in low or "parse" in low or "remotedisconnected" in low):
+        return f"{conn.url} does not speak HTTP/1.1 (Triton's gRPC port?): use --url grpc://{conn.url}, or the HTTP port"
+    return None
 
 
 def _load_error(conn: Connection, e: BaseException, name: str, version: int) -> McpError:
@@ -142,6 +205,8 @@ def _load_error(conn: Connection, e: BaseException, name: str, version: int) -> 
     if isinstance(err, ServerAuthError):
         return err
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if err.__class__ is ServerError and "refuses loads and unloads" in str(err):
+        return err
     return ServerLoadError(f"{conn.describe()} failed to load {name} v{version}: {msg}")
 
 
@@ -196,9 +261,12 @@ def _check_files(cfg: Any, local: Path, files: dict[str, bytes]) -> None:
         raise InvalidModelError(local.parent / "config.pbtxt", f"backend {backend!r} is not one mcp-cli "
                                 "deploys (python, onnxruntime)")
     names = {k.split("/", 1)[1] for k in files}
-    want = "model.py" if backend == "python" else "model.onnx"
-    if want not in names:
-        raise InvalidModelError(local, f"no {want} for the {backend} backend")
+    wants = ["model.py"] if backend == "python" else ["model.onnx"]
+    if backend == "python" and "mcp_runtime" in cfg.parameters:
+        wants.append(cfg.parameters["mcp_runtime"].string_value)
+    for want in wants:
+        if want not in names:
+            raise InvalidModelError(local, f"no {want} for the {backend} backend")
     for key, data in files.items():
         if key.endswith(".mcpir"):
             from_buffer(data, path=local / key.split('/', 1)[1])  # raises InvalidModelError
@@ -223,19 +291,34 @@ def _check_size(conn: Connection, total: int) -> None:
 # -- state: the last good deploy, for rollback --------------------------------------------------------
 
 def state_dir() -> Path:
+    """Where deploy keeps the last good deploy of each model (for --rollback-on-failure)."""
     base = os.environ.get("MCP_STATE_DIR") or os.path.join(
         os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "mcp-cli")
     return Path(base) / "deployments"
 
 
+def state_keep() -> int:
+    """How many recorded deploys are kept in all (MCP_STATE_KEEP, default 8; 0 keeps none)."""
+    text = os.environ.get("MCP_STATE_KEEP", "8").strip()
+    if not (text.isascii() and text.isdigit()):
+        raise UsageError(f"MCP_STATE_KEEP must be a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 def _state_path(conn: Connection, name: str) -> Path:
-    safe = conn.url.replace(":", "_").replace("/", "_")
+    safe = conn.url.replace(":", "_").replace("/", "_").replace("[", "").replace("]", "")
     return state_dir() / f"{conn.protocol}_{safe}" / name
 
 
-def _record(conn: Connection, name: str, config_json: str, files: dict[str, bytes]) -> None:
+def _record(conn: Connection, name: str, config_json: str, files: dict[str, bytes]) -> tuple[Path, int] | None:
+    """Keep this deploy as the one to roll back to; returns (folder, bytes), or None when
+    MCP_STATE_KEEP is 0. The oldest records beyond MCP_STATE_KEEP go."""
+    keep = state_keep()
     d = _state_path(conn, name)
-    tmp = d.with_name(d.name + ".tmp")
+    if keep == 0:
+        shutil.rmtree(d, ignore_errors=True)
+        return None
+    tmp = d.with_name(f".{d.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "files").mkdir(parents=True)
     (tmp / "config.json").write_text(config_json)
@@ -246,6 +329,35 @@ def _record(conn: Connection, name: str, config_json: str, files: dict[str, byte
     (tmp / "index.json").write_text(json.dumps(index))
     shutil.rmtree(d, ignore_errors=True)
     os.replace(tmp, d)
+    _prune(keep)
+    return d, sum(len(b) for b in files.values()) + len(config_json)
+
+
+def _prune(keep: int) -> list[Path]:
+    """Remove the oldest records beyond `keep` (and server folders left empty)."""
+    root = state_dir()
+    if not root.is_dir():
+        return []
+    records = sorted((p for server in root.iterdir() if server.is_dir() for p in server.iterdir()
+                      if (p / "index.json").is_file()), key=lambda p: (p / "index.json").stat().st_mtime)
+    gone = records[:max(0, len(records) - keep)]
+    for p in gone:
+        shutil.rmtree(p, ignore_errors=True)
+    for server in root.iterdir():
+        if server.is_dir() and not any(server.iterdir()):
+            server.rmdir()
+    return gone
+
+
+def forget(conn: Connection, name: str) -> Path | None:
+    """Remove the recorded deploy of `name` on this server; the folder removed, if any."""
+    d = _state_path(conn, name)
+    if not d.exists():
+        return None
+    shutil.rmtree(d, ignore_errors=True)
+    if d.parent.is_dir() and not any(d.parent.iterdir()):
+        d.parent.rmdir()
+    return d
 
 
 def _recorded(conn: Connection, name: str) -> tuple[str, dict[str, bytes]] | None:
@@ -254,6 +366,31 @@ def _recorded(conn: Connection, name: str) -> tuple[str, dict[str, bytes]] | Non
         return None
     index = json.loads((d / "index.json").read_text())
     return (d / "config.json").read_text(), {k: (d / "files" / v).read_bytes() for k, v in index.items()}
+
+
+def content_sha256(files: dict[str, bytes]) -> str:
+    """The SHA-256 of an upload: every file's key and bytes, in key order."""
+    h = hashlib.sha256()
+    for key in sorted(files):
+        h.update(key.encode())
+        h.update(len(files[key]).to_bytes(8, "little"))
+        h.update(files[key])
+    return h.hexdigest()
+
+
+def _served_sha256(c, conn: Connection, name: str) -> str | None:  # noqa: ANN001
+    """The content hash in the config the server has for `name` (None: none, or not ours)."""
+    try:
+        cfg = c.get_model_config(name, headers=conn.headers())
+    except Exception:  # noqa: BLE001 - not loaded / unknown
+        return None
+    if not isinstance(cfg, dict):   # gRPC: ModelConfigResponse
+        cfg = {"parameters": {k: {"string_value": v.string_value} for k, v in cfg.config.parameters.items()}}
+    cfg = cfg.get("config", cfg)
+    return (cfg.get("parameters") or {}).get(CONTENT_KEY, {}).get("string_value")
+
+
+CONTENT_KEY = "mcp_content_sha256"
 
 
 # -- deploy ---------------------------------------------------------------------------------------
@@ -335,13 +472,20 @@ def _smoke(c, conn: Connection, cfg: Any, name: str, version: int, feeds: dict) 
 def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = None,
            version: int | None = None, wait_timeout: float = 120.0, dry_run: bool = False,
            smoke: bool = True, rollback_on_failure: bool = False,
-           inputs: str | os.PathLike | None = None) -> DeployReport:
+           inputs: str | os.PathLike | None = None, force: bool = False) -> DeployReport:
+    """Load DIR/NAME on the server as `name` v`version`, wait for READY, smoke-test it.
+
+    The same version already serving other files is refused unless `force` (then it is
+    replaced: the config's content hash differs, so Triton reloads); the same files are not
+    reloaded (`unchanged`)."""
     cfg, v, local, files = read_entry(Path(entry), version)
     name = name or cfg.name
+    digest = content_sha256(files)
+    cfg.parameters[CONTENT_KEY].string_value = digest
     config_json = _config_json(cfg, name)
     total = sum(len(b) for b in files.values()) + len(config_json)
     report = DeployReport(name, v, conn.describe(), total, sorted(k.split(":", 1)[1] for k in files),
-                          dry_run=dry_run)
+                          dry_run=dry_run, content_sha256=digest)
     _check_size(conn, total)
     # the smoke request is made (and tried locally) before anything is sent
     feeds = smoke_inputs(cfg, local, inputs) if smoke and not dry_run else {}
@@ -355,7 +499,16 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
         if "model_repository" not in ext:
             raise ServerError(f"{conn.describe()} has no model repository extension; it cannot load models on request")
         report.previous_versions = _ready_versions(c, conn, name)
+        served = _served_sha256(c, conn, name) if report.previous_versions else None
+        if v in report.previous_versions and served == digest:
+            report.unchanged = True
+        elif v in report.previous_versions and not force:
+            raise UsageError(f"{name} v{v} is serving on {conn.describe()} with other files"
+                             f"{'' if served else ' (not deployed by mcp-cli)'}: --force replaces it, "
+                             f"or give another --model-version")
         t0 = time.perf_counter()
+        # sent even when unchanged (Triton then keeps the model as it is): the load request is
+        # what a restricted endpoint checks the credentials of
         try:
             try:
                 c.load_model(name, headers=conn.headers(), config=config_json, files=files,
@@ -368,13 +521,19 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
             if report.previous_versions and still:
                 raise DeployError(f"{e}; the previous version (v{', v'.join(map(str, still))}) is still serving") from None
             raise
+        now = _served_sha256(c, conn, name)
+        if now != digest:
+            raise DeployError(f"{conn.describe()} reports {name} READY but with other content "
+                              f"({(now or 'none')[:12]} instead of {digest[:12]}): it did not reload")
         report.load_seconds = round(time.perf_counter() - t0, 3)
         if smoke:
             try:
                 report.smoke_seconds = round(_call(conn, f"smoke inference on {name} v{v}", _smoke, c, conn, cfg, name, v, feeds), 4)
             except McpError as e:
                 raise _after_bad_smoke(c, conn, name, e, report, rollback_on_failure) from None
-        _record(conn, name, config_json, files)
+        kept = _record(conn, name, config_json, files)
+        if kept is not None:
+            report.rollback_copy, report.rollback_bytes = str(kept[0]), kept[1]
         return report
     finally:
         c.close()
@@ -399,43 +558,64 @@ def _after_bad_smoke(c, conn: Connection, name: str, err: McpError, report: Depl
     return DeployError(f"{err}; rolled back: v{old_v} is serving again")
 
 
+def _rows(c, conn: Connection) -> list[dict]:  # noqa: ANN001
+    """The repository index, and the uploaded models it leaves out (found in the statistics)."""
+    index = _call(conn, "listing models", c.get_model_repository_index, headers=conn.headers())
+    rows = [dict(r) for r in index] if isinstance(index, list) else [
+        {"name": m.name, "version": m.version, "state": m.state, "reason": m.reason} for m in index.models]
+    seen = {r["name"] for r in rows}
+    stats = _call(conn, "reading statistics", c.get_inference_statistics, headers=conn.headers())
+    entries = stats["model_stats"] if isinstance(stats, dict) else [
+        {"name": s.name, "version": s.version} for s in stats.model_stats]
+    for s in entries:
+        if s["name"] not in seen:
+            ready = _call(conn, "reading readiness", c.is_model_ready, s["name"], s.get("version", ""),
+                          headers=conn.headers())
+            rows.append({"name": s["name"], "version": s.get("version", ""),
+                         "state": "READY" if ready else "UNAVAILABLE", "reason": "uploaded"})
+            seen.add(s["name"])
+    for r in rows:
+        r["version"] = str(r.get("version") or "")
+        r["state"] = r.get("state") or "NOT LOADED"   # in the repository, never loaded
+        r["reason"] = r.get("reason") or ""
+    return sorted(rows, key=lambda r: (r["name"], r["version"]))
+
+
 def status(conn: Connection) -> list[dict]:
-    """Every model the server knows: name, version, state, reason."""
+    """Every model the server knows: name, version, state (READY, LOADING, UNLOADING,
+    UNAVAILABLE, NOT LOADED) and the server's reason."""
     c = client(conn)
     try:
-        index = _call(conn, "listing models", c.get_model_repository_index, headers=conn.headers())
-        rows = index if isinstance(index, list) else [
-            {"name": m.name, "version": m.version, "state": m.state, "reason": m.reason} for m in index.models]
-        seen = {r["name"] for r in rows}
-        # Models loaded from uploaded files are not in the index: find them in the statistics.
-        stats = _call(conn, "reading statistics", c.get_inference_statistics, headers=conn.headers())
-        entries = stats["model_stats"] if isinstance(stats, dict) else [
-            {"name": s.name, "version": s.version} for s in stats.model_stats]
-        for s in entries:
-            if s["name"] not in seen:
-                ready = _call(conn, "reading readiness", c.is_model_ready, s["name"], s.get("version", ""),
-                              headers=conn.headers())
-                rows.append({"name": s["name"], "version": s.get("version", ""),
-                             "state": "READY" if ready else "UNAVAILABLE", "reason": "uploaded"})
-        return sorted(rows, key=lambda r: (r["name"], str(r.get("version", ""))))
+        return _rows(c, conn)
     finally:
         c.close()
 
 
-def undeploy(name: str, conn: Connection, *, wait_timeout: float = 60.0) -> None:
-    """Unload `name`; a model the server does not have loaded (unknown, or unloaded already) is an
-    error, not a silent success."""
+def undeploy(name: str, conn: Connection, *, wait_timeout: float = 60.0) -> dict:
+    """Unload `name` and wait until the server has let it go (not READY, not UNLOADING); remove
+    the recorded deploy. A model the server does not have loaded (unknown, or unloaded already)
+    is an error, not a silent success. Returns {state, seconds, forgot}."""
     c = client(conn)
     try:
         _call(conn, "reading server metadata", c.get_server_metadata, headers=conn.headers())
         if not _ready_versions(c, conn, name):
             raise NotLoadedError(f"{name} is not loaded on the server {conn.describe()}")
+        t0 = time.perf_counter()
         _call(conn, f"unloading {name}", c.unload_model, name, headers=conn.headers())
         deadline = time.monotonic() + wait_timeout
-        while time.monotonic() < deadline:
-            if not _ready_versions(c, conn, name):
-                return
-            time.sleep(0.05)
-        raise DeployError(f"{name} still loaded on {conn.describe()} after {wait_timeout:.0f} s")
+        state = "UNLOADING"
+        while True:
+            mine = [r for r in _rows(c, conn) if r["name"] == name]
+            states = {r["state"] for r in mine}
+            if not _ready_versions(c, conn, name) and not states & {"READY", "UNLOADING", "LOADING"}:
+                state = "UNAVAILABLE" if mine else "UNLOADED"
+                break
+            if time.monotonic() > deadline:
+                raise DeployError(f"{name} still {'/'.join(sorted(states)) or 'READY'} on {conn.describe()} "
+                                  f"after {wait_timeout:.0f} s (--wait-timeout)")
+            time.sleep(0.1)
+        gone = forget(conn, name)
+        return {"state": state, "seconds": round(time.perf_counter() - t0, 3),
+                "forgot": str(gone) if gone else None}
     finally:
         c.close()

@@ -88,16 +88,23 @@ def _die_with_parent() -> None:
 class TritonServer:
     """Start/stop a tritonserver on 127.0.0.1; use as a context manager."""
 
-    def __init__(self, repository: str | os.PathLike, *, explicit: bool = False,
-                 http_port: int | None = None, grpc_port: int | None = None,
+    def __init__(self, repository: str | os.PathLike, *, explicit: bool = False, mode: str | None = None,
+                 load_all: bool = False, http_port: int | None = None, grpc_port: int | None = None,
                  metrics_port: int | None = None, extra_args: list[str] | None = None,
                  log_path: str | os.PathLike | None = None, startup_timeout: float = 60.0) -> None:
         """Ports: None or 0 picks free ones; a port given is used or the start fails naming it
-        (a server on other ports than asked would have clients talk to another server)."""
+        (a server on other ports than asked would have clients talk to another server).
+
+        mode: Triton's model control, "none" (every model loaded, no repository API), "explicit"
+        (the repository API; with load_all every model is loaded at start, else none) or "poll";
+        `explicit=True` is mode "explicit"."""
         self.repository = Path(repository).resolve()
         if not self.repository.is_dir():
             raise UsageError(f"model repository {repository} is not a directory")
-        self.explicit = explicit
+        self.mode = mode or ("explicit" if explicit else "none")
+        if self.mode not in ("none", "explicit", "poll"):
+            raise ValueError(f"model control mode {self.mode!r}")
+        self.load_all = load_all
         self.http_port, self.grpc_port, self.metrics_port = http_port or None, grpc_port or None, metrics_port or None
         self.extra_args = list(extra_args or [])
         self.startup_timeout = startup_timeout
@@ -150,7 +157,9 @@ class TritonServer:
                                    for p in (self.http_port, self.grpc_port, self.metrics_port))
             args = [str(inst.server), f"--model-repository={self.repository}",
                     f"--backend-directory={backends}",
-                    f"--model-control-mode={'explicit' if self.explicit else 'none'}",
+                    f"--model-control-mode={self.mode}",
+                    *(["--load-model=*"] if self.mode == "explicit" and self.load_all else []),
+                    *(["--repository-poll-secs=2"] if self.mode == "poll" else []),
                     f"--http-address={HOST}", f"--http-port={http}",
                     f"--grpc-address={HOST}", f"--grpc-port={grpc}",
                     f"--metrics-address={HOST}", f"--metrics-port={metrics}",

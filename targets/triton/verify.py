@@ -55,7 +55,11 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     cfg_path = model_dir / "config.pbtxt"
     if not cfg_path.is_file():
         raise UsageError(f"--repository {model_dir}: no config.pbtxt (expected DIR/NAME)")
-    cfg = text_format.Parse(cfg_path.read_text(), mc.ModelConfig())
+    try:
+        cfg = text_format.Parse(cfg_path.read_text(encoding="utf-8"), mc.ModelConfig())
+    except (text_format.ParseError, UnicodeDecodeError) as e:
+        raise InvalidModelError(cfg_path, f"not a valid config.pbtxt: {e}") from None
+    _check_same_interface(Path(input), cfg, model_dir)
     vdir = _latest_version(model_dir)
     backend = cfg.backend or "onnxruntime"
     report = VerifyReport(str(model_dir), backend, samples, dict(dims or {}), rtol, atol)
@@ -64,6 +68,33 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     # the interface's layout contract: NHWC values are the NCHW original's, transposed
     report.layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
     return compare_with_original(input, lambda: _emitted_runner(backend, vdir), report, seed=seed, inputs=inputs)
+
+
+def _check_same_interface(original: Path, cfg, entry: Path) -> None:  # noqa: ANN001 - ModelConfig
+    """MODEL and ENTRY must have the same inputs and outputs: an entry converted from another
+    model is a usage error naming what differs, not a failed run."""
+    import onnx
+
+    try:
+        g = onnx.load(str(original), load_external_data=False).graph
+    except Exception:  # noqa: BLE001 - not readable here: compare_with_original says why, in its own words
+        return
+    weights = {t.name for t in g.initializer}
+    want = [i.name for i in g.input if i.name not in weights]
+    outs = [o.name for o in g.output]
+    have, served = [i.name for i in cfg.input], [o.name for o in cfg.output]
+    problems = []
+    if missing := [n for n in want if n not in have]:
+        problems.append(f"the entry lacks input(s) {', '.join(map(repr, missing))}")
+    if extra := [n for n in have if n not in want and n not in weights]:
+        problems.append(f"the entry has input(s) {', '.join(map(repr, extra))} the model does not")
+    if absent := [n for n in outs if n not in served]:
+        problems.append(f"the entry lacks output(s) {', '.join(map(repr, absent))}")
+    if unknown := [n for n in served if n not in outs]:
+        problems.append(f"the entry has output(s) {', '.join(map(repr, unknown))} the model does not")
+    if problems:
+        raise UsageError(f"{original} and {entry} do not match: {'; '.join(problems)} "
+                         "(was the entry converted from another model?)")
 
 
 def _emitted_runner(backend: str, vdir: Path):  # noqa: ANN202 - feeds -> outputs

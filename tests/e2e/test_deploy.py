@@ -154,8 +154,8 @@ def test_unknown_backend_is_refused_before_uploading(entries, env, tmp_path):
 def test_unreachable_and_bad_flags(entries, env):
     r = _cli("deploy", str(entries["v1"]), "--url", "127.0.0.1:1", env=env)
     assert r.returncode == 1 and r.stderr.startswith("error: cannot reach Triton at grpc://127.0.0.1:1")
-    r = _cli("deploy", str(entries["v1"]), "--url", "http://x:1", env=env)
-    assert r.returncode == 2 and "HOST:PORT" in r.stderr
+    r = _cli("deploy", str(entries["v1"]), "--url", "ftp://x:1", env=env)
+    assert r.returncode == 2 and "unknown scheme" in r.stderr
     r = _cli("deploy", str(entries["v1"]), "--url", "127.0.0.1:1", "--client-cert", "a.pem", env=env)
     assert r.returncode == 2
 
