@@ -41,6 +41,10 @@ class AccuracyReport:
         return {**asdict(self), "ok": self.ok}
 
 
+# the values each budget key takes (a NaN fails every comparison, and so is refused too)
+BUDGET_RANGES = {"cos": (0.0, 1.0), "top1": (0.0, 1.0), "max-abs": (0.0, 1e30), "rel": (0.0, 1e30)}
+
+
 def parse_budget(text: str | None) -> dict[str, float]:
     """`cos=0.99,max-abs=0.5` -> {"cos": 0.99, "max-abs": 0.5}."""
     out: dict[str, float] = {}
@@ -50,10 +54,17 @@ def parse_budget(text: str | None) -> dict[str, float]:
         if not sep or key not in BUDGET_KEYS:
             raise UsageError(f"--accuracy-budget: expected KEY=VALUE with KEY one of "
                              f"{', '.join(BUDGET_KEYS)}, got {part!r}")
+        value = value.strip()
         try:
-            out[key] = float(value)
+            if not value.isascii():   # float() takes Arabic-Indic and other digits
+                raise ValueError
+            v = float(value)
         except ValueError:
             raise UsageError(f"--accuracy-budget {key}: {value!r} is not a number") from None
+        lo, hi = BUDGET_RANGES[key]
+        if not lo <= v <= hi:
+            raise UsageError(f"--accuracy-budget {key}={value}: must be between {lo:g} and {hi:g}")
+        out[key] = v
     return out
 
 

@@ -240,7 +240,7 @@ def _check_paths(input, output, options: CompileOptions, target) -> Path:  # noq
     if output.suffix != want:
         raise UsageError(f"--output {output}: expected a file named *{FILE_EXTENSION} (MCP-IR) or *.onnx (an "
                          "optimized ONNX model); Triton repositories come with --target triton-v1.12")
-    check_output(output, "--output")
+    check_output(output, "--output", inputs=(input,))
     if output.exists() and not options.target.force:
         raise OutputExistsError(f"{output} exists; pass --force to replace it")
     return output
@@ -359,9 +359,11 @@ def _accuracy_samples(input, reference, samples, options: CompileOptions) -> tup
 def inspect(path: str | os.PathLike, values: bool = False) -> ModelSummary:
     """The model's interface, ops and weights, with every value's shape contract from
     symbolic shape inference (ONNX's, then ours)."""
+    from .files import check_regular_input
     from .passes import PassContext
     from .passes.shapes import SymbolicShapesPass
 
+    check_regular_input(path)   # a FIFO or device is refused at once, never read
     model, fmt, _ = load_model(path, check=False, infer_shapes=True)
     result = SymbolicShapesPass().run(model, PassContext())
     s = summarize(model, fmt, values=values)

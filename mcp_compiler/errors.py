@@ -117,3 +117,9 @@ class ServerAuthError(ServerError):
 
 class ServerLoadError(ServerError):
     """The server is up but could not load the model (its log names the reason)."""
+
+
+class TimeoutExceededError(McpError):
+    """A command ran past its --timeout (verify: a model that runs forever, e.g. a huge Loop)."""
+
+    exit_code = 1

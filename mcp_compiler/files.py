@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import InvalidModelError, OutputError, UsageError
+from .errors import InvalidModelError, OutputError, OutputExistsError, UsageError
 
 # Kernel pseudo-filesystems: writing there is never what a user meant.
 _PSEUDO = (Path("/proc"), Path("/sys"), Path("/dev"))
@@ -35,14 +35,25 @@ def _under_pseudo(path: Path) -> bool:
     return any(path == p or p in path.parents for p in _PSEUDO)
 
 
-def check_output(path: Path | str, flag: str, *, directory: bool = False) -> Path:
-    """Fail now, before any work, when `path` cannot be written: an empty name, a path under a
-    regular file, /proc, /sys or /dev, or a folder we cannot write into. Folders that do not exist
-    yet are allowed for `directory` outputs (they are made) when their first existing ancestor is
-    a writable folder."""
+NAME_MAX, PATH_MAX = 255, 4095
+
+
+def check_output(path: Path | str, flag: str, *, directory: bool = False, force: bool | None = None,
+                 inputs: tuple[Path | str | None, ...] = ()) -> Path:
+    """Fail now, before any work, when `path` cannot be written: an empty name, a name or path
+    longer than the system takes, a path under a regular file, /proc, /sys or /dev, or a folder
+    we cannot write into. Folders that do not exist yet are allowed for `directory` outputs (they
+    are made) when their first existing ancestor is a writable folder.
+
+    A file output (`force` not None) that exists needs `force`, and is never one of `inputs`."""
     if str(path) == "":
         raise UsageError(f"{flag}: empty path")
     p = Path(os.path.abspath(path))
+    if len(os.fsencode(p)) > PATH_MAX:
+        raise UsageError(f"{flag}: the path is {len(os.fsencode(p))} bytes long, over the system's {PATH_MAX}")
+    if long := next((part for part in p.parts if len(os.fsencode(part)) > NAME_MAX), None):
+        raise UsageError(f"{flag}: the name {long[:40]}... is {len(os.fsencode(long))} bytes, over the "
+                         f"system's {NAME_MAX}")
     if _under_pseudo(p):
         raise UsageError(f"{flag} {path}: cannot write under {p.parts[0]}{p.parts[1]}")
     if directory:
@@ -54,6 +65,12 @@ def check_output(path: Path | str, flag: str, *, directory: bool = False) -> Pat
             raise UsageError(f"{flag} {path} is a directory")
         if p.exists() and not p.is_file():
             raise UsageError(f"{flag} {path} exists and is not a regular file")
+        if p.is_file():
+            for i in inputs:
+                if i is not None and Path(i).exists() and os.path.samefile(i, p):
+                    raise UsageError(f"{flag} {path} is the input {i}: refusing to overwrite it")
+            if force is False:
+                raise OutputExistsError(f"{flag} {path} exists; --force overwrites it")
         anchor = p.parent
         if not anchor.exists() and not any(a.is_file() for a in anchor.parents):
             raise UsageError(f"{flag} {path}: folder {anchor} does not exist")
@@ -131,3 +148,5 @@ def parse_yaml(text: str, label: str, *, compose: bool = False):  # noqa: ANN201
         raise yaml_usage_error(label, e) from None
     except RecursionError:
         raise UsageError(f"{label}: nesting too deep") from None
+    except ValueError as e:   # an integer of more digits than Python converts (4,300)
+        raise UsageError(f"{label}: {str(e).split(';')[0]}") from None

@@ -28,10 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UsageError
+from .errors import InvalidModelError, UsageError
 from .ir import DataType, Model, TensorType, Value
 
 INPUT_LIMIT = 4 << 30    # bytes of one generated input: a static dim of 2**40 is an error, not a MemoryError
+PROBE_LIMIT = 256 << 20  # bytes of one whole sample while searching sizes: larger ones are not tried
 BATCH_SIZES = (2, 1, 3, 4, 8)
 # Other sizes, the first choice first; the probe also tries them growing together (32, 64, 128, ...).
 OTHER_SIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16, 96, 160, 224, 320, 576, 640)
@@ -234,6 +235,8 @@ def _domain(v: Value) -> tuple[tuple, str]:
     """How the input's values are drawn, and why (for the report)."""
     t = v.type
     dt = DataType(t.elem_type)
+    if dt == DataType.UNDEFINED:
+        raise InvalidModelError(None, f"input {v.name!r} has element type UNDEFINED: no value can be made for it")
     integer = dt == DataType.BOOL or np.issubdtype(dt.numpy_dtype, np.integer)
     if "mask" in v.name.lower():
         return ("choice", (0, 1)), "mask (by its name): 0/1"
@@ -298,19 +301,39 @@ def make(model: Model, p: InputPlan, rng: np.random.Generator, *, sizes: dict[st
     return feeds
 
 
+def _sample_bytes(model: Model, p: InputPlan, sizes: dict[str, int]) -> int:
+    total = 0
+    for v in interface(model):
+        shape = [d if isinstance(d, int) else sizes.get(d, 1) for d in p.shapes[v.name]]
+        total += DataType(v.type.elem_type).nbytes(math.prod(shape))
+    return total
+
+
 def _draw(dt: DataType, shape: list[int], how: tuple, rng: np.random.Generator, name: str,
           floats: str = "normal") -> np.ndarray:
+    """Random values for one input: always an ndarray, a 0-d one at rank 0 (numpy's generators
+    return a numpy scalar for shape (), which onnxruntime and tritonclient refuse)."""
+    return np.asarray(_values(dt, list(shape), how, rng, name, floats), dtype=dt.numpy_dtype)
+
+
+def _values(dt: DataType, shape: list[int], how: tuple, rng: np.random.Generator, name: str,
+            floats: str) -> np.ndarray | np.generic:
     npdt = dt.numpy_dtype
+    # drawn at the width of the result (float32, not float64 then cast: half the peak memory)
     if how[0] == "choice":
-        return rng.choice(np.asarray(how[1]), size=shape).astype(npdt)
+        return np.asarray(how[1])[rng.integers(0, len(how[1]), shape, dtype=np.int32)].astype(npdt, copy=False)
     if dt == DataType.BOOL:
-        return rng.integers(0, 2, shape).astype(bool)
+        return rng.integers(0, 2, shape, dtype=np.int8).astype(bool)
     if how[0] == "range":
-        return rng.integers(how[1], how[2], shape).astype(npdt)
+        return rng.integers(how[1], how[2], shape, dtype=np.int64).astype(npdt, copy=False)
     if np.issubdtype(npdt, np.floating):
+        wide = npdt if npdt == np.float64 else np.float32
         if floats == "uniform":
-            return rng.random(shape).astype(npdt)
-        return (rng.standard_normal(shape) * (4.0 if floats == "wide" else 1.0)).astype(npdt)
+            return rng.random(shape, dtype=wide).astype(npdt, copy=False)
+        a = rng.standard_normal(shape, dtype=wide)
+        if floats == "wide":
+            a *= 4.0
+        return a.astype(npdt, copy=False)
     raise UsageError(f"input {name!r}: cannot make random {dt.name} data; give inputs with --inputs")
 
 
@@ -320,6 +343,8 @@ def probe(model: Model, p: InputPlan, run: Callable[[dict], list], rng_seed: int
     UsageError naming what was tried otherwise."""
     errors = []
     for sizes in p._order:
+        if _sample_bytes(model, p, sizes) > PROBE_LIMIT and p.tried:
+            continue   # the search never draws samples this large (24 GB of RSS was seen)
         feeds = make(model, p, np.random.default_rng(rng_seed), sizes=sizes)
         p.tried.append(dict(sizes))
         try:

@@ -31,6 +31,12 @@ from .manifest import Manifest, Source, ZooModel
 _CHUNK = 1 << 20
 
 
+class ZooFailedError(McpError):
+    """zoo: one or more models failed (each one's reason is in the report and on stderr)."""
+
+    exit_code = 1
+
+
 @dataclass
 class ZooResult:
     name: str
@@ -51,7 +57,8 @@ def parse_shard(text: str | None) -> tuple[int, int]:
     if text is None:
         return 1, 1
     k, sep, n = text.partition("/")
-    if not sep or not k.isdigit() or not n.isdigit() or not 1 <= int(k) <= int(n):
+    ok = all(x.isascii() and x.isdigit() and len(x) < 10 for x in (k, n))
+    if not sep or not ok or not 1 <= int(k) <= int(n):
         raise UsageError(f"--shard: expected K/N with 1 <= K <= N, got {text!r}")
     return int(k), int(n)
 
@@ -196,7 +203,12 @@ def run_zoo(manifest: Manifest, output: Path, *, jobs: int | None = None, shard:
     from .targets import get_target
 
     cache = Path(cache or default_cache())
-    (cache / "entries").mkdir(parents=True, exist_ok=True)
+    try:
+        (cache / "entries").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--cache {cache}: cannot make the cache folder: {e.strerror}") from None
+    if not os.access(cache / "entries", os.W_OK | os.X_OK):
+        raise UsageError(f"--cache {cache}: the cache folder is not writable")
     models = select(manifest.models, shard)
     targets = {m.name: m.target for m in models}
     jobs = max(1, jobs or os.cpu_count() or 1)

@@ -111,10 +111,16 @@ class Target(abc.ABC):
 
     def entry_name(self, stem: str) -> str:
         """The default name of the entry for a model file called `stem`."""
-        return stem
+        from mcp_compiler.names import sanitize_name
+
+        return sanitize_name(stem)
 
     def check_entry_name(self, name: str) -> str:
-        return name
+        """`name` if it is a name (no path: it stays inside the output); else a UsageError. The
+        same rule for every target (mcp_compiler.names)."""
+        from mcp_compiler.names import check_name
+
+        return check_name(name)
 
     # --- compile -----------------------------------------------------------------------------
     def check(self, model: Model) -> list[str]:

@@ -62,6 +62,10 @@ class OnnxTarget(Target):
             names = write_onnx(model, tmp / out.name, external=external)
             for n in names:
                 follow_umask(tmp / n)
+            if options.load_check:   # an optimized model that onnxruntime refuses is no output
+                from .triton.emit import load_check
+
+                load_check(tmp, "onnxruntime", tmp / out.name)
             if options.check is not None:
                 options.check(tmp / out.name)
             stale = out.with_name(out.name + ".data")

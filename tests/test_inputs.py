@@ -216,3 +216,22 @@ def test_user_inputs(tmp_path):
         assert r.returncode == 2 and len(lines) == 1 and expect[name] in lines[0], (name, r.stderr)
     model = load_onnx(src).model
     assert len(load_inputs(folder, model)) == 3
+
+
+def test_rank0_inputs_are_0d_arrays_of_every_dtype():
+    """Issue 30 #1: a rank-0 input of any dtype is drawn as a 0-d ndarray (not a numpy scalar,
+    which onnxruntime's run and tritonclient refuse), by every way of drawing."""
+    from mcp_compiler.inputs import _draw
+    from mcp_compiler.ir import DataType
+
+    rng = np.random.default_rng(0)
+    kinds = [DataType.FLOAT, DataType.DOUBLE, DataType.FLOAT16, DataType.BFLOAT16, DataType.INT8, DataType.UINT8,
+             DataType.INT16, DataType.INT32, DataType.INT64, DataType.UINT32, DataType.UINT64, DataType.BOOL]
+    for dt in kinds:
+        ways = [("normal",), ("choice", (0, 1)), ("range", 0, 3)] if dt != DataType.BOOL else [("normal",)]
+        for how in ways:
+            for floats in ("normal", "uniform", "wide"):
+                if how[0] == "normal" and not (dt == DataType.BOOL or np.issubdtype(dt.numpy_dtype, np.floating)):
+                    continue
+                a = _draw(dt, [], how, rng, "x", floats)
+                assert isinstance(a, np.ndarray) and a.shape == () and a.dtype == dt.numpy_dtype, (dt, how, type(a))

@@ -55,6 +55,26 @@ def run(rep, debug: bool, fn: Callable[[], Any]) -> None:  # noqa: ANN001 - repo
     rep.finish(ok=True)
 
 
+def watchdog(rep, seconds: float, what: str):  # noqa: ANN001, ANN201 - report.Reporter; a Timer
+    """End the process after `seconds` with one error line (exit 1, TimeoutExceededError): the
+    only way out of an onnxruntime run that never returns (a signal handler would wait for it).
+    Cancel the returned timer when the work is done."""
+    import os
+    import sys
+    import threading
+
+    def fire() -> None:
+        rep.fail("TimeoutExceededError", f"{what} took longer than {seconds:g} s (--timeout)", 1)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+    t = threading.Timer(seconds, fire)
+    t.daemon = True
+    t.start()
+    return t
+
+
 DebugOpt = typer.Option(False, "--debug", help="Show tracebacks and debug logs.")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object (for CI): "
                        '{"ok": true, ...} or {"ok": false, "error": {...}}.')

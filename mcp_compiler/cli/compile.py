@@ -36,7 +36,7 @@ ExternalOpt = _opt(False, "--external-data", panel=IN, help="With an .onnx outpu
 TargetOpt = _opt(None, "--target", "-t", panel=IN, help="Emit for this target (see `mcp-cli targets`).")
 NameOpt = _opt(None, "--name", panel=IN, help="The entry's name in the repository (default: the input file's "
                "stem, sanitized).")
-ForceOpt = _opt(False, "--force", panel=IN, help="Replace an existing DIR/NAME or .mcpir file.")
+ForceOpt = _opt(False, "--force", panel=IN, help="Replace an existing DIR/NAME, .mcpir, .onnx or --report file (never the input).")
 CheckOnnxOpt = _opt(True, "--check/--no-check", panel=IN, help="Run onnx.checker on the input.")
 InferOpt = _opt(True, "--infer-shapes/--no-infer-shapes", panel=IN, help="Run ONNX shape inference before import.")
 
@@ -186,7 +186,7 @@ def convert(
         if print_ir_after:
             _ir_to_stderr()
         if report is not None:
-            check_output(report, "--report")
+            check_output(report, "--report", force=bool(flags["force"]), inputs=(path, output or None))
         if output == "":
             raise UsageError("--output: empty path")
         with rep.status(f"converting {path}"):
@@ -219,8 +219,8 @@ def compile_options(f: dict[str, Any]):  # noqa: ANN201 - options.CompileOptions
     from mcp_compiler.options import AccuracyOptions, CheckOptions, CompileOptions, PipelineOptions, TargetChoice
 
     fold = f["fold_size_limit"]
-    if fold is not None and not fold >= 0:
-        raise UsageError(f"--fold-size-limit must be >= 0 MB, got {fold}")
+    if fold is not None and not 0 <= fold <= 2**40 / 2**20:
+        raise UsageError(f"--fold-size-limit must be between 0 and {2**20} MB, got {fold}")
     options = CompileOptions(
         checks=CheckOptions(check=f["check"], infer_shapes=f["infer_shapes"], verify=f["verify"],
                             dims=parse_dims(f["dims"]), inputs=_str(f["inputs"])),

@@ -22,6 +22,7 @@ def zoo(
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Cache folder (default ~/.cache/mcp-cli/zoo)."),
     verify_: bool = typer.Option(False, "--verify", help="Verify each model against onnxruntime."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing --report / --junit files."),
     allow_outside_paths: bool = typer.Option(False, "--allow-outside-paths",
                                              help="Let source paths point outside the manifest's folder."),
     json_out: bool = JsonOpt,
@@ -40,7 +41,7 @@ def zoo(
         check_output(output, "--output", directory=True)
         for flag, path in (("--report", report_path), ("--junit", junit)):
             if path is not None:
-                check_output(path, flag)
+                check_output(path, flag, force=force, inputs=(manifest,))
         m = load_manifest(manifest, allow_outside_paths=allow_outside_paths)
         sh = parse_shard(shard)
         t0 = time.perf_counter()
@@ -53,6 +54,11 @@ def zoo(
             write_junit(results, junit)
         rep.zoo_done(data, results)
         if not data["ok"]:
-            raise typer.Exit(1)
+            from mcp_compiler.zoo import ZooFailedError
+
+            failed = [r for r in results if r.status == "failed"]
+            names = ", ".join(r.name for r in failed[:10]) + (f" and {len(failed) - 10} more" if len(failed) > 10 else "")
+            raise ZooFailedError(f"{len(failed)} of {len(results)} models failed ({names}): each one's reason is "
+                                 f"{'in the report' if json_out else 'above and in the report'}")
 
     run(rep, debug, body)

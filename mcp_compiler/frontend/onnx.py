@@ -60,6 +60,7 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
 
     newest = onnx.defs.onnx_opset_version()
     for o in proto.opset_import:
+        _text(o.domain, "an opset_import domain", path)
         if o.domain in ("", "ai.onnx") and not 1 <= o.version <= newest:
             raise InvalidModelError(path, f"imports ai.onnx opset {o.version}, which does not exist "
                                           f"(this onnx knows 1..{newest})")
@@ -298,23 +299,23 @@ class _Importer:
             raise UnsupportedError("ONNX ModelProto.configuration (multi-device) is not supported")
         opsets: dict[str, int] = {}
         for o in p.opset_import:
-            opsets[o.domain] = o.version
+            opsets[_text(o.domain, "an opset_import domain")] = o.version
         m = Model(
             graph=self.graph(p.graph, None, "graph"),
-            opset_imports=opsets, ir_version=p.ir_version, producer_name=p.producer_name,
-            producer_version=p.producer_version, domain=p.domain, model_version=p.model_version,
-            doc_string=p.doc_string, metadata_props=_props(p.metadata_props),
+            opset_imports=opsets, ir_version=p.ir_version, producer_name=_doc(p.producer_name),
+            producer_version=_doc(p.producer_version), domain=_text(p.domain, "the model's domain"),
+            model_version=p.model_version, doc_string=_doc(p.doc_string), metadata_props=_props(p.metadata_props),
         )
         m.functions = [self.function(f) for f in p.functions]
         return m
 
     def function(self, f: onnx.FunctionProto) -> Function:
-        b = GraphBuilder(f.name, where=f"function {f.domain}.{f.name}")
-        for name in f.input:
+        b = GraphBuilder(_text(f.name, "a function name"), where=f"function {_text(f.domain, 'a function domain')}.{f.name}")
+        for name in _texts(f.input, f"an input name of function {f.name!r}:"):
             b.add_input(Value(name))
         for n in f.node:
             self.node(b, n)
-        for name in f.output:
+        for name in _texts(f.output, f"an output name of function {f.name!r}:"):
             b.add_output(name)
         for vi in f.value_info:
             self._annotate(b.add_value_info(vi.name), vi)
@@ -333,13 +334,14 @@ class _Importer:
         if len(g.quantization_annotation):
             raise UnsupportedError(f"{where}: GraphProto.quantization_annotation is not supported")
         for vi in g.input:
-            v = Value(vi.name)
+            v = Value(_text(vi.name, f"{where}: an input name"))
             self._annotate(v, vi)
             b.add_input(v)
         inits = g.initializer
         if parent is None and self.main_initializers is not None:
             inits, self.main_initializers = self.main_initializers, None
         for t in inits:
+            _text(t.name, f"{where}: an initializer name")
             b.add_initializer(Value(t.name, const=self.tensor(t)))
         for s in g.sparse_initializer:
             st = self.sparse(s)
@@ -347,12 +349,12 @@ class _Importer:
         for n in g.node:
             self.node(b, n)
         for vi in g.output:
-            v = b.add_output(vi.name)
+            v = b.add_output(_text(vi.name, f"{where}: an output name"))
             if vi.HasField("type") or v.type is None:
                 self._annotate(v, vi, force=True)
         for vi in g.value_info:
-            self._annotate(b.add_value_info(vi.name), vi)
-        b.graph.doc_string = g.doc_string
+            self._annotate(b.add_value_info(_text(vi.name, f"{where}: a value_info name")), vi)
+        b.graph.doc_string = _doc(g.doc_string)
         b.graph.metadata_props = _props(g.metadata_props)
         return b.graph
 
@@ -360,22 +362,28 @@ class _Importer:
         if len(getattr(n, "device_configurations", ())):
             raise UnsupportedError("NodeProto.device_configurations is not supported",
                                    node=n.name, op=n.op_type)
-        attrs = [self.attribute(b, a, n.name or n.op_type) for a in n.attribute]
-        b.add_node(n.op_type, n.domain, n.name, n.input, n.output, attrs, overload=n.overload,
-                   doc_string=n.doc_string, metadata_props=_props(n.metadata_props))
+        op = _text(n.op_type, f"the op_type of node {n.name!r}")
+        name = _text(n.name, f"the name of a {op} node")
+        domain = _text(n.domain, f"the domain of node {name or op!r}")
+        attrs = [self.attribute(b, a, name or op) for a in n.attribute]
+        b.add_node(op, domain, name, _texts(n.input, f"an input name of node {name or op!r}:"),
+                   _texts(n.output, f"an output name of node {name or op!r}:"), attrs,
+                   overload=_text(n.overload, f"the overload of node {name or op!r}"),
+                   doc_string=_doc(n.doc_string), metadata_props=_props(n.metadata_props))
 
     def _annotate(self, v: Value, vi: onnx.ValueInfoProto, force: bool = False) -> None:
         if vi.HasField("type") and (force or v.type is None):
             v.type = self.type(vi.type)
         if force or not v.doc_string:
-            v.doc_string = vi.doc_string
+            v.doc_string = _doc(vi.doc_string)
         if len(vi.metadata_props):
             v.metadata_props = _props(vi.metadata_props)
 
     # -- attributes ---------------------------------------------------------------------------
     def attribute(self, b: GraphBuilder, a: onnx.AttributeProto, owner: str) -> Attribute:
         kind = AttrType(a.type)
-        attr = Attribute(a.name, kind, ref_attr_name=a.ref_attr_name, doc_string=a.doc_string)
+        attr = Attribute(_text(a.name, f"an attribute name of {owner!r}"), kind,
+                         ref_attr_name=_text(a.ref_attr_name, f"a ref_attr_name of {owner!r}"), doc_string=_doc(a.doc_string))
         if a.ref_attr_name:
             return attr
         if kind == AttrType.FLOAT:
@@ -492,7 +500,27 @@ def _dim(d: onnx.TensorShapeProto.Dimension):  # noqa: ANN202
 
 
 def _props(entries) -> dict[str, str]:  # noqa: ANN001
-    return {e.key: e.value for e in entries}
+    return {_text(e.key, "a metadata key"): _text(e.value, f"metadata {e.key!r}") for e in entries}
+
+
+def _text(value: str | bytes, what: str, path: object = None) -> str:
+    """A protobuf string field as str: onnx's proto2 strings are not checked when parsed, and one
+    that is not UTF-8 comes back as bytes (json, sorting and the writers then fail)."""
+    if type(value) is bytes:
+        raise InvalidModelError(path, f"{what} is not valid UTF-8: {value[:40]!r}")
+    return value
+
+
+def _texts(values, what: str) -> list[str]:  # noqa: ANN001 - a repeated string field
+    if any(type(v) is bytes for v in values):
+        bad = next(v for v in values if type(v) is bytes)
+        raise InvalidModelError(None, f"{what} {bad[:40]!r} is not valid UTF-8")
+    return list(values)
+
+
+def _doc(value: str | bytes) -> str:
+    """Doc strings are free text: a non-UTF-8 byte is replaced, not an error."""
+    return value.decode("utf-8", "replace") if type(value) is bytes else value
 
 
 IN_MEMORY = "__mcp_in_memory__"   # external-data location naming a Tensor held by the caller

@@ -61,16 +61,6 @@ class TritonTarget(Target):
         return ParsedOptions(resolve(build_file, dict(flags), source),
                              {"quantize": level} if level is not None else {})
 
-    def entry_name(self, stem: str) -> str:
-        from .names import sanitize_name
-
-        return sanitize_name(stem)
-
-    def check_entry_name(self, name: str) -> str:
-        from .names import check_name
-
-        return check_name(name)
-
     # --- compile -----------------------------------------------------------------------------
     def check(self, model) -> list[str]:  # noqa: ANN001 - mcp_compiler.ir.Model
         warnings = super().check(model)

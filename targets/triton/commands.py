@@ -174,21 +174,30 @@ def verify(
                                          help="The original model, the older way."),
     repository: Optional[Path] = typer.Option(None, "--repository", "-r", hidden=True,
                                               help="The entry, the older way."),
-    samples: int = typer.Option(1, "--samples", min=1, help="Random input sets to compare."),
+    samples: int = typer.Option(1, "--samples", min=1, max=10_000, help="Random input sets to compare (at most 10,000)."),
     dims: Optional[str] = typer.Option(None, "--dims", metavar="NAME=SIZE[,...]", help="Symbol sizes, e.g. "
                                        "batch=2,H=64 (default: sizes the model's ops accept, found from its shapes)."),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help="Compare on your own inputs: an .npz "
                                           "(arrays named like the inputs) or a folder of them."),
-    rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance."),
-    atol: float = typer.Option(1e-4, "--atol", help="Absolute tolerance."),
+    rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance (>= 0)."),
+    atol: float = typer.Option(1e-4, "--atol", help="Absolute tolerance (>= 0)."),
+    timeout_s: float = typer.Option(600.0, "--timeout", min=1, help="Give up after this many seconds (exit 1): "
+                                    "a model can run for ever (a Loop of 2^62 trips)."),
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
     """Run the original in onnxruntime and the emitted entry through its serving runtime; compare."""
     rep = reporter(json_out)
 
     def body() -> None:
+        from mcp_compiler.cli.common import watchdog
+
         from .verify import verify as run_verify
 
+        watchdog(rep, timeout_s, "verify")
+
+        for flag, v in (("--rtol", rtol), ("--atol", atol)):
+            if not 0 <= v < float("inf"):
+                raise UsageError(f"{flag} must be a finite number >= 0, got {v}")
         original = one_model(model, input, "MODEL")
         where = entry if entry is not None else repository
         if where is None:
@@ -424,6 +433,7 @@ def bench(
     inputs: Optional[Path] = typer.Option(None, "--inputs", help="The request: the first sample of this .npz "
                                           "(or folder of them), arrays named like the inputs."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", dir_okay=False, help="Also write the points as CSV."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --csv file."),
     url: Optional[str] = typer.Option(None, "--url", help="A running Triton's gRPC address, grpc://HOST:PORT "
                                       "or HOST:PORT (default: start a local one for DIR/NAME)."),
     ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt, client_cert: Optional[Path] = CertOpt,
@@ -446,7 +456,7 @@ def bench(
 
         loads = _loads(concurrency, rate)
         if csv_path is not None:
-            check_output(csv_path, "--csv")
+            check_output(csv_path, "--csv", force=force)
         conn = _remote(url, ssl, root_cert, client_cert, client_key, token, token_header, timeout)
         say = _progress(rep)
         r = run_bench(target, loads, conn, batch_size=batch_size, window_s=window_s, max_windows=max_windows,
@@ -524,6 +534,7 @@ def tune(
     plot_path: Optional[Path] = typer.Option(None, "--plot", dir_okay=False,
                                              help="Write p99 vs throughput of every trial as a PNG."),
     apply_best: bool = typer.Option(False, "--apply", help="Rewrite the entry's config.pbtxt with the best setting."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing --report / --plot files."),
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
     """Choose the serving parameters (dynamic batching and queue delay, instances and threads,
@@ -551,7 +562,7 @@ def tune(
             raise UsageError(f"--slo-p99-ms must be positive, got {slo_p99_ms}")
         for path, flag in ((report_path, "--report"), (plot_path, "--plot")):
             if path is not None:
-                check_output(path, flag)
+                check_output(path, flag, force=force, inputs=(entry / "config.pbtxt",))
         if plot_path is not None:
             try:
                 import matplotlib  # noqa: F401

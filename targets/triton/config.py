@@ -10,8 +10,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from mcp_compiler.errors import UnsupportedError, UsageError
 from mcp_compiler.ir import DataType, Layout, Model, TensorType, Value
+from mcp_compiler.names import check_name, sanitize_name  # noqa: F401 - re-exported for the emitter
 
-from .names import check_name, sanitize_name  # noqa: F401 - re-exported for the emitter
 from .params import ServingParams
 
 # ONNX element type -> Triton data type. Triton has no FP8/INT4 tensors: quantized models keep

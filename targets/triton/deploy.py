@@ -122,6 +122,8 @@ class DeployReport:
 
 def client(conn: Connection):  # noqa: ANN201 - a tritonclient InferenceServerClient
     if conn.protocol == "grpc":
+        # gRPC's C core logs TLS and connection failures to stderr itself; the error line says it
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
         import tritonclient.grpc as tg
 
         args = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
@@ -145,10 +147,18 @@ def client(conn: Connection):  # noqa: ANN201 - a tritonclient InferenceServerCl
 
 
 def _path(p: Path | None) -> str | None:
+    """A PEM file for TLS (certificate or key): a regular file of at most 1 MiB with a PEM block;
+    a folder, FIFO, device, empty or garbage file is one line naming it, before any connection."""
     if p is None:
         return None
-    if not Path(p).is_file():
+    from mcp_compiler.files import read_regular
+
+    if not Path(p).exists():
         raise UsageError(f"certificate file {p} does not exist")
+    data = read_regular(p, "certificate file", limit=1 << 20)
+    if b"-----BEGIN " not in data:
+        raise UsageError(f"certificate file {p} is {'empty' if not data.strip() else 'not PEM'} "
+                         "(expected -----BEGIN ...----- blocks)")
     return str(p)
 
 

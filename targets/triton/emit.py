@@ -101,9 +101,10 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     return EmitResult(final, files, cfg, warnings)
 
 
-def load_check(vdir: Path, backend: str) -> None:
+def load_check(vdir: Path, backend: str, model_file: Path | None = None) -> None:
     """The entry's model loads in the runtime that will serve it (a session made and dropped, no
-    prepacked copies): a model onnxruntime refuses never becomes a finished entry."""
+    prepacked copies): a model onnxruntime refuses never becomes a finished entry (nor an
+    optimized .onnx: `model_file`)."""
     from mcp_compiler.session import quiet_options
 
     try:
@@ -115,7 +116,7 @@ def load_check(vdir: Path, backend: str) -> None:
         else:
             import onnxruntime as ort
 
-            ort.InferenceSession(str(vdir / "model.onnx"), quiet_options(prepack=False),
+            ort.InferenceSession(str(model_file or vdir / "model.onnx"), quiet_options(prepack=False),
                                  providers=["CPUExecutionProvider"])
     except McpError:
         raise
@@ -203,7 +204,10 @@ def _remove_stale(staging: Path, name: str) -> None:
     for p in staging.glob(f"{name}.*.tmp*"):  # and the .old entry a swap had moved aside
         pid = p.name[len(name) + 1:].split(".", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(p, ignore_errors=True)
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:
@@ -239,4 +243,7 @@ def _swap_in(tmp: Path, final: Path) -> None:
             os.replace(old, final)
         raise
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:   # a regular file (or link) where the entry was: rmtree would leave it
+            old.unlink(missing_ok=True)

@@ -87,7 +87,11 @@ class MCPIRModel:
             # constant folding then folds DequantizeLinear of the weights too (it leaves them for
             # QDQ kernel fusion otherwise): float32 weights in memory, computed once
             so.add_session_config_entry("session.disable_quant_qdq", "1")
-        self.session = ort.InferenceSession(proto, so, providers=providers or ["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(proto, so, providers=providers or ["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 - onnxruntime's Fail/InvalidGraph/...: the file's model is bad
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise MCPIRError(f"{self.path}: the model in this MCP-IR file does not load in onnxruntime: {first}") from None
         # The lowered ONNX (weights named, not included), for inspection and tests.
         self.onnx_bytes = proto if keep_proto else None
         self.input_names = [i.name for i in self.session.get_inputs()]

@@ -1,4 +1,6 @@
-"""Model names Triton accepts (folder names), and the default one for a model file."""
+"""Entry names: what every target accepts as a model name (a folder or file name inside the
+output, never a path), and the default one for a model file. One function confines names for
+every target, the CLI's --name and the zoo manifest's names alike."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import re
 
 from mcp_compiler.errors import UsageError
 
-# What Triton accepts as a model name here: a folder name without separators or dot-files.
+# A folder/file name without separators or dot-files (what Triton accepts as a model name too).
 _NAME_OK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 
 
