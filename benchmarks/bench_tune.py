@@ -193,10 +193,15 @@ def tunes(work: Path, budget: float) -> list[list]:
                  progress=lambda line: print(" ", line, flush=True))
         wall = time.perf_counter() - t0
         b, best = r.baseline.point, r.best.point if r.best else None
+        c = r.best.confirmation if r.best else None
+        conf = (f"{c['median_ratio']:.3f}" if c and c["median_ratio"] is not None else "-")
+        interval = (f"{c['interval'][0]:.3f}-{c['interval'][1]:.3f}" if c and c["interval"] else "-")
+        verdict = ("yes" if r.confirmed else "no" if c else "baseline best" if r.best is None
+                   or r.best.setting == r.baseline.setting else "not run")
         rows.append([label, f"{slo:g}", f"{b.throughput:,.0f}", f"{b.p99_ms:.2f}",
                      f"{best.throughput:,.0f}" if best else "none", f"{best.p99_ms:.2f}" if best else "",
-                     f"{best.throughput / b.throughput:.2f}" if best else "", len(r.trials), f"{wall:.0f}",
-                     describe(r.best.setting) if r.best else ""])
+                     f"{best.throughput / b.throughput:.2f}" if best else "", conf, interval, verdict,
+                     len(r.trials), f"{wall:.0f}", describe(r.best.setting) if r.best else ""])
         print(rows[-1], flush=True)
     return rows
 
@@ -246,9 +251,13 @@ def main() -> None:
         table(["concurrency", "ours req/s", "ours p99 ms", "hand req/s", "hand p99 ms", "ORT req/s", "ORT p99 ms",
                "ours/hand", "ours/ORT", "ours queue / compute / rest ms", "ours avg batch"], rt),
         f"**tune** (concurrency 16, budget {args.budget_s:g} s, 1 s windows): the entry's own config (baseline) "
-        "vs the best trial within the SLO.",
+        "vs the best trial within the SLO (search: one measurement each), then the confirmation: baseline and "
+        "best loaded side by side and re-measured in 5 alternating pairs of 2 s windows; the median of the "
+        "paired ratios with its bootstrap 90% interval. `--apply` writes the best only when the interval's "
+        "lower end is above 1.05 (confirmed).",
         table(["model", "SLO p99 ms", "baseline req/s", "baseline p99 ms", "best req/s", "best p99 ms",
-               "best/baseline", "trials", "wall s", "best setting"], tuned),
+               "search best/baseline", "confirmed ratio (median of pairs)", "90% interval", "confirmed",
+               "trials", "wall s", "best setting"], tuned),
     ])
     if not args.quick:
         write_section("tune", body)

@@ -55,6 +55,7 @@ class InputPlan:
     tried: list[dict[str, int]] = field(default_factory=list)         # assignments the probe ran
     floats: str = "normal"      # how float inputs are drawn: normal N(0,1), uniform U(0,1), wide N(0,16)
     notes: list[str] = field(default_factory=list)
+    free: list[str] = field(default_factory=list)     # symbols no op ties to a size (lengths, spatial dims)
     shapes: dict[str, tuple] = field(default_factory=dict, repr=False)    # input -> dims over the symbols
     _values: dict[str, tuple] = field(default_factory=dict, repr=False)   # input -> ("range", lo, hi) | ("choice", vals)
     _order: list[dict[str, int]] = field(default_factory=list, repr=False)
@@ -115,8 +116,8 @@ def plan(model: Model, dims: dict[str, int] | None = None, *, fold: bool = True,
             candidates[s] = tied
         else:
             candidates[s] = list(BATCH_SIZES if _batch_like(s, shapes) else OTHER_SIZES)
-    p._order = _assignments(symbols, candidates, requires, grow=[s for s in symbols if s not in fixed
-                                                                   and candidates[s][0] == OTHER_SIZES[0]])
+    p.free = [s for s in symbols if s not in fixed and candidates[s][0] == OTHER_SIZES[0]]
+    p._order = _assignments(symbols, candidates, requires, grow=p.free)
     if not p._order:
         raise UsageError("no input sizes satisfy what the model's ops need: "
                          + "; ".join(f"{str(a)} {op} {str(b)} ({w})" for a, op, b, w in requires[:3])

@@ -3,8 +3,10 @@
 A local entry (DIR/NAME) is served by a tritonserver this process starts on 127.0.0.1 (explicit
 mode, only that model loaded) and stops; a NAME with a Connection is measured where it already
 serves. The requests are inputs the model accepts (mcp_compiler.inputs, probed on the entry's own
-model), a user's .npz, or for a remote model known only by name, tensors made from the server's
-config (-1 dims as 1).
+model, as verify makes them), a user's .npz, or for a remote model known only by name, tensors
+made from the server's config. Either way a dim no op ties to a size (a sequence length, an
+image side; -1 in a remote config) is sent at DEFAULT_LENGTH (128), not 1, unless `--dims` says
+otherwise; the shapes sent are in the report.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .deploy import Connection, _server_error, read_entry, smoke_inputs
 from .loadgen import Load, Point, measure
 
 LOAD_TIMEOUT_S = 180.0
+DEFAULT_LENGTH = 128   # a free dim of a request: a realistic sequence length, not the smallest
 
 
 @dataclass
@@ -46,10 +49,15 @@ class BenchReport:
     batch_size: int
     points: list[Point]
     notes: list[str]
+    inputs: dict[str, dict] = field(default_factory=dict)   # name -> {"shape", "dtype"} as sent
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "url": self.url, "batch_size": self.batch_size,
+        return {"model": self.model, "url": self.url, "batch_size": self.batch_size, "inputs": self.inputs,
                 "points": [p.to_dict() for p in self.points], "notes": self.notes}
+
+
+def shapes_of(feeds: dict[str, np.ndarray]) -> dict[str, dict]:
+    return {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()}
 
 
 def is_entry(target: str | os.PathLike) -> bool:
@@ -58,22 +66,24 @@ def is_entry(target: str | os.PathLike) -> bool:
 
 @contextlib.contextmanager
 def served(target: str | os.PathLike, conn: Connection | None, *, batch_size: int = 1,
-           inputs: str | os.PathLike | None = None, explicit_config: str | None = None) -> Iterator[Served]:
+           inputs: str | os.PathLike | None = None, explicit_config: str | None = None,
+           dims: dict[str, int] | None = None, length: int | None = DEFAULT_LENGTH) -> Iterator[Served]:
     """The model to measure, loaded and ready. A local entry with no `conn` gets its own
     tritonserver, stopped (and its folder removed) on the way out, Ctrl-C included."""
+    notes: list[str] = []
     if conn is None:
         if not is_entry(target):
             raise UsageError(f"{target}: not a model repository entry (DIR/NAME with a config.pbtxt); "
                              "to measure a model a server already has, give its NAME and --url")
         cfg, _, local, _ = read_entry(Path(target), None)
-        feeds = _batched(smoke_inputs(cfg, local, inputs), cfg, batch_size)
+        feeds = _batched(smoke_inputs(cfg, local, inputs, dims=dims, length=length, notes=notes), cfg, batch_size)
         from .serve import TritonServer
 
         server = TritonServer(Path(target).resolve().parent, explicit=True)
         try:
             server.start()
             conn = Connection(server.grpc_url)
-            s = Served(conn, cfg.name, cfg, feeds, server)
+            s = Served(conn, cfg.name, cfg, feeds, server, notes=notes)
             load_model(s, explicit_config)
             yield s
         finally:
@@ -82,20 +92,23 @@ def served(target: str | os.PathLike, conn: Connection | None, *, batch_size: in
     name = str(target)
     if is_entry(target):
         cfg, _, local, _ = read_entry(Path(target), None)
-        feeds, notes = _batched(smoke_inputs(cfg, local, inputs), cfg, batch_size), []
+        feeds = _batched(smoke_inputs(cfg, local, inputs, dims=dims, length=length, notes=notes), cfg, batch_size)
     else:
         cfg = remote_config(conn, name)
-        feeds, notes = _remote_feeds(cfg, inputs, batch_size)
+        feeds, notes = _remote_feeds(cfg, inputs, batch_size, dims or {}, length or DEFAULT_LENGTH)
     yield Served(conn, cfg.name or name, cfg, feeds, notes=notes)
 
 
-def load_model(s: Served, config_json: str | None = None) -> None:
-    """(Re)load s.name, with `config_json` instead of the config on disk when given."""
+def load_model(s: Served, config_json: str | None = None, files: dict[str, bytes] | None = None) -> None:
+    """(Re)load s.name, with `config_json` instead of the config on disk when given (and the
+    version folder's `files` uploaded, for a name the repository does not have)."""
     from .deploy import client
 
     c = client(s.conn)
     try:
         kw = {"config": config_json} if config_json else {}
+        if files:
+            kw["files"] = files
         c.load_model(s.name, headers=s.conn.headers(), client_timeout=LOAD_TIMEOUT_S, **kw)
         if not c.is_model_ready(s.name, headers=s.conn.headers()):
             raise ServerError(f"{s.name} is not READY after loading")
@@ -104,6 +117,19 @@ def load_model(s: Served, config_json: str | None = None) -> None:
     except Exception as e:  # noqa: BLE001 - tritonclient raises many kinds
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ServerError(f"{s.conn.describe()} failed to load {s.name}: {msg}") from None
+    finally:
+        c.close()
+
+
+def unload_model(s: Served) -> None:
+    """Unload s.name if loaded; quietly (a clean-up)."""
+    from .deploy import client
+
+    c = client(s.conn)
+    try:
+        c.unload_model(s.name, headers=s.conn.headers())
+    except Exception:  # noqa: BLE001 - not loaded, or the server is going away: nothing to undo
+        pass
     finally:
         c.close()
 
@@ -135,7 +161,11 @@ def _batched(feeds: dict[str, np.ndarray], cfg: Any, batch_size: int) -> dict[st
     return {k: np.concatenate([v] * batch_size, axis=0) for k, v in feeds.items()}
 
 
-def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int) -> tuple[dict, list[str]]:
+def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int, dims: dict[str, int],
+                  length: int) -> tuple[dict, list[str]]:
+    """A request from the server's config alone: each -1 dim at `length` (or `--dims INPUT.AXIS=N`,
+    the axis as the model sees it, batch at 0; `--dims '*=N'` for every -1 dim), floats from
+    N(0, 1), integers from [0, 3) (valid token ids and indices of any table)."""
     from tritonclient.grpc import model_config_pb2 as mc
     from tritonclient.utils import triton_to_np_dtype
 
@@ -144,15 +174,27 @@ def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int) -
              for i in cfg.input}
     if inputs is not None:
         return _npz_for(inputs, types), []
+    known = {f"{i.name}.{a + batched}" for i in cfg.input for a, d in enumerate(i.dims) if d < 0} | {"*"}
+    unknown = sorted(set(dims) - known)
+    if unknown:
+        raise UsageError(f"--dims {unknown[0]}: a remote model's dims are named INPUT.AXIS (batch at axis 0); "
+                         f"its -1 dims: {', '.join(sorted(known - {'*'})) or 'none'} (or '*' for all)")
     rng = np.random.default_rng(0)
-    feeds = {}
+    feeds, chosen = {}, []
     for i in cfg.input:
-        dims = ([1] if batched else []) + [d if d > 0 else 1 for d in i.dims]
-        dtype = types[i.name]
-        feeds[i.name] = (rng.standard_normal(dims).astype(dtype) if np.dtype(dtype).kind == "f"
-                         else np.zeros(dims, dtype=dtype))
-    note = ("inputs made from the server's config (-1 dims as 1, random floats, zero integers): give "
-            "DIR/NAME or --inputs for requests the model is known to accept")
+        shape = [1] if batched else []
+        for a, d in enumerate(i.dims):
+            key = f"{i.name}.{a + batched}"
+            size = d if d > 0 else dims.get(key, dims.get("*", length))
+            if d < 0:
+                chosen.append(f"{key}={size}")
+            shape.append(size)
+        dtype = np.dtype(types[i.name])
+        feeds[i.name] = (rng.standard_normal(shape, dtype=np.float32).astype(dtype) if dtype.kind == "f"
+                         else rng.integers(0, 3, shape).astype(dtype))
+    note = ("inputs made from the server's config (random floats, integers in [0, 3)"
+            + (f"; -1 dims: {', '.join(chosen)}" if chosen else "") + "): give DIR/NAME, --dims or --inputs "
+            "for requests the model is known to accept")
     return _batched(feeds, cfg, batch_size), [note]
 
 
@@ -202,8 +244,10 @@ def aio_client(conn: Connection):  # noqa: ANN201 - tritonclient.grpc.aio.Infere
 
 
 def measure_points(s: Served, loads: list[Load], *, batch_size: int = 1, window_s: float = 2.0,
-                   max_windows: int = 10, seconds: float | None = None, progress=None) -> list[Point]:  # noqa: ANN001
+                   max_windows: int = 10, seconds: float | None = None, progress=None,  # noqa: ANN001
+                   slo_ms: float | None = None, window_progress=None) -> list[Point]:  # noqa: ANN001
     """Each load in turn, one client session."""
+    timeout_ms = _timeout_ms(s.config)
     async def go() -> list[Point]:
         c = aio_client(s.conn)
         try:
@@ -214,12 +258,21 @@ def measure_points(s: Served, loads: list[Load], *, batch_size: int = 1, window_
                 if progress is not None:
                     progress(k, len(loads), load)
                 points.append(await measure(c, s.name, inputs, load, batch_size=batch_size, window_s=window_s,
-                                            max_windows=max_windows, seconds=seconds, headers=s.conn.headers()))
+                                            max_windows=max_windows, seconds=seconds, headers=s.conn.headers(),
+                                            slo_ms=slo_ms, timeout_ms=timeout_ms, progress=window_progress))
             return points
         finally:
             await c.close()
 
     return asyncio.run(go())
+
+
+def _timeout_ms(cfg: Any) -> float | None:
+    """The queue policy's timeout (ms) when the config sets one: a p99 past it is saturation."""
+    if cfg is None or not cfg.HasField("dynamic_batching"):
+        return None
+    us = cfg.dynamic_batching.default_queue_policy.default_timeout_microseconds
+    return us / 1000 if us else None
 
 
 async def _check_ready(c, s: Served) -> None:  # noqa: ANN001
@@ -243,11 +296,15 @@ async def _stats_missing(c, s: Served) -> bool:  # noqa: ANN001
 
 def bench(target: str | os.PathLike, loads: list[Load], conn: Connection | None = None, *, batch_size: int = 1,
           window_s: float = 2.0, max_windows: int = 10, seconds: float | None = None,
-          inputs: str | os.PathLike | None = None, progress=None) -> BenchReport:  # noqa: ANN001
-    with served(target, conn, batch_size=batch_size, inputs=inputs) as s:
+          inputs: str | os.PathLike | None = None, progress=None,  # noqa: ANN001
+          dims: dict[str, int] | None = None, slo_ms: float | None = None, window_progress=None,  # noqa: ANN001
+          on_inputs=None) -> BenchReport:  # noqa: ANN001 - on_inputs(shapes, notes): before any load
+    with served(target, conn, batch_size=batch_size, inputs=inputs, dims=dims) as s:
+        if on_inputs is not None:
+            on_inputs(shapes_of(s.feeds), s.notes)
         points = measure_points(s, loads, batch_size=batch_size, window_s=window_s, max_windows=max_windows,
-                                seconds=seconds, progress=progress)
+                                seconds=seconds, progress=progress, slo_ms=slo_ms, window_progress=window_progress)
         notes = list(s.notes)
         if s.server is not None:
             notes.append(f"measured on a local tritonserver at grpc://{s.conn.url} started for this run")
-        return BenchReport(s.name, s.conn.describe(), batch_size, points, notes)
+        return BenchReport(s.name, s.conn.describe(), batch_size, points, notes, shapes_of(s.feeds))

@@ -259,6 +259,8 @@ def deploy(
     inputs: Optional[Path] = typer.Option(None, "--inputs", help="The smoke request: the first sample of "
                                           "this .npz (or folder of them), arrays named like the inputs "
                                           "(default: inputs the model accepts, found from its shapes)."),
+    dims: Optional[str] = typer.Option(None, "--dims", metavar="NAME=SIZE[,...]",
+                                       help="Symbol sizes for the smoke request (default: sizes the model accepts)."),
     rollback: bool = typer.Option(False, "--rollback-on-failure",
                                   help="If the smoke inference fails, load the last good deploy again."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check the entry, print what would be sent, send nothing."),
@@ -285,7 +287,7 @@ def deploy(
         with rep.status(f"deploying {entry} to {conn.describe()}"):
             r = run_deploy(entry, conn, name=name, version=model_version if model_version is not None else version,
                            wait_timeout=wait_timeout, dry_run=dry_run, smoke=smoke, rollback_on_failure=rollback,
-                           inputs=inputs, force=force)
+                           inputs=inputs, force=force, dims=parse_dims(dims))
         rep.json(r.to_dict())
         if not json_out:
             _deployed(rep, r, conn)
@@ -432,6 +434,11 @@ def bench(
     max_windows: int = typer.Option(10, "--max-windows", min=3, help="Windows before giving up on stability."),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help="The request: the first sample of this .npz "
                                           "(or folder of them), arrays named like the inputs."),
+    dims: Optional[str] = typer.Option(None, "--dims", metavar="NAME=SIZE[,...]",
+                                       help="Request sizes: the model's symbols (DIR/NAME), or INPUT.AXIS / '*' "
+                                            "for a remote model's -1 dims (default: free dims at 128)."),
+    slo_p99_ms: Optional[float] = typer.Option(None, "--slo-p99-ms", help="Also report each point's SLO "
+                                               "attainment: the fraction of requests within this latency."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", dir_okay=False, help="Also write the points as CSV."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --csv file."),
     url: Optional[str] = typer.Option(None, "--url", help="A running Triton's gRPC address, grpc://HOST:PORT "
@@ -443,9 +450,12 @@ def bench(
     """Measure a served model under load: throughput, p50/p90/p99 latency, errors, and the server's
     own split (queue vs compute, average batch) from Triton's statistics, per load point.
 
-    The client is tritonclient's asyncio gRPC client in this process; its CPU use is reported, so a
-    saturated client shows. Exit 1 when the server cannot be reached or lacks the statistics
-    extension; exit 2 for bad flags.
+    The request is what the model accepts, as verify makes it, with free dims (a sequence length,
+    an image side) at 128 unless --dims says otherwise; its shapes are printed first. An open-loop
+    point served under 95% of its rate, or past the queue timeout, is marked saturated. The client
+    is tritonclient's asyncio gRPC client in this process; its CPU use is reported, so a saturated
+    client shows. Exit 1 when the server cannot be reached or lacks the statistics extension; exit
+    2 for bad flags.
     """
     rep = reporter(json_out)
 
@@ -458,10 +468,18 @@ def bench(
         if csv_path is not None:
             check_output(csv_path, "--csv", force=force)
         conn = _remote(url, ssl, root_cert, client_cert, client_key, token, token_header, timeout)
+        if slo_p99_ms is not None and not 0 < slo_p99_ms < float("inf"):
+            raise UsageError(f"--slo-p99-ms must be a positive number, got {slo_p99_ms}")
         say = _progress(rep)
+
+        def shown(shapes: dict, notes: list[str]) -> None:
+            say("request: " + ", ".join(f"{k} {v['dtype']}[{', '.join(map(str, v['shape']))}]" for k, v in shapes.items()))
+
         r = run_bench(target, loads, conn, batch_size=batch_size, window_s=window_s, max_windows=max_windows,
-                      seconds=seconds, inputs=inputs,
-                      progress=lambda k, n, load: say(f"point {k + 1} of {n}: {load.label}"))
+                      seconds=seconds, inputs=inputs, dims=parse_dims(dims), slo_ms=slo_p99_ms, on_inputs=shown,
+                      progress=lambda k, n, load: say(f"point {k + 1} of {n}: {load.label}"),
+                      window_progress=lambda k, rate, p99: say(
+                          f"  window {k}: {rate:.1f} req/s, p99 {'-' if p99 is None else f'{p99:.2f}'} ms"))
         if csv_path is not None:
             _write_csv(csv_path, [p.to_dict() for p in r.points])
         rep.json(r.to_dict())
@@ -493,15 +511,18 @@ def _bench_table(rep, r) -> None:  # noqa: ANN001 - bench.BenchReport
     def f(v, fmt: str = "{:.2f}") -> str:  # noqa: ANN001
         return "-" if v is None else fmt.format(v)
 
-    rep.out.print(f"{r.model} on {r.url}, batch {r.batch_size}", markup=False)
+    shapes = ", ".join(f"{k} {v['dtype']}[{', '.join(map(str, v['shape']))}]" for k, v in r.inputs.items())
+    rep.out.print(f"{r.model} on {r.url}, batch {r.batch_size}; request {shapes}", markup=False)
+    slo = any(p.slo_attainment is not None for p in r.points)
     head = f"{'load':<18}{'req/s':>10}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'errors':>8}{'queue ms':>10}" \
-           f"{'compute ms':>12}{'batch':>7}{'client cpu':>12}{'stable':>8}"
+           f"{'compute ms':>12}{'batch':>7}{'client cpu':>12}{'stable':>8}{'saturated':>11}" + (f"{'in SLO':>8}" if slo else "")
     rep.out.print(head, markup=False)
     for p in r.points:
+        stable = "yes" if p.stable else (f"no cv {p.cv:.0%}" if p.cv is not None else "no") if p.stable is False else "-"
         rep.out.print(f"{p.load:<18}{p.throughput:>10.1f}{f(p.p50_ms):>9}{f(p.p90_ms):>9}{f(p.p99_ms):>9}"
                       f"{p.errors:>8}{f(p.queue_ms):>10}{f(p.compute_ms):>12}{f(p.avg_batch):>7}"
-                      f"{p.client_cpu:>11.0%} {('yes' if p.stable else 'no' if p.stable is False else '-'):>7}",
-                      markup=False)
+                      f"{p.client_cpu:>11.0%} {stable:>7}{('YES' if p.saturated else 'no'):>11}"
+                      + (f"{f(p.slo_attainment, '{:.1%}'):>8}" if slo else ""), markup=False)
         if p.error_sample:
             rep.out.print(f"  first error: {p.error_sample}", markup=False)
         for note in p.notes:
@@ -530,10 +551,17 @@ def tune(
     budget_s: float = typer.Option(120.0, "--budget-s", help="Time for the whole search, seconds."),
     window_s: float = typer.Option(1.0, "--window-s", min=0.1, help="Measurement window, seconds."),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help="The request: the first sample of this .npz."),
+    dims: Optional[str] = typer.Option(None, "--dims", metavar="NAME=SIZE[,...]",
+                                       help="Request sizes by the model's symbols (default: free dims at 128)."),
+    pairs: int = typer.Option(5, "--confirm-pairs", min=3, max=50,
+                              help="Pairs of baseline/best re-measurements that confirm the best."),
+    margin: float = typer.Option(0.05, "--margin", min=0.0, max=10.0,
+                                 help="The confirmed gain must exceed 1 + margin at the interval's lower end."),
     report_path: Optional[Path] = typer.Option(None, "--report", dir_okay=False, help="Write the report as JSON."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", dir_okay=False,
                                              help="Write p99 vs throughput of every trial as a PNG."),
-    apply_best: bool = typer.Option(False, "--apply", help="Rewrite the entry's config.pbtxt with the best setting."),
+    apply_best: bool = typer.Option(False, "--apply", help="Rewrite the entry's config.pbtxt with the best setting, "
+                                    "when the pairs confirm it beat the baseline beyond noise."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing --report / --plot files."),
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
@@ -541,7 +569,9 @@ def tune(
     batch sizes) that give the most throughput within a p99 latency SLO, measured on a local Triton.
 
     The entry's own config is the baseline; each trial reloads the model with a config override.
-    Progress goes to stderr (trial k, best so far). Exit 1 when no trial meets the SLO (naming the
+    The best is then re-measured against the baseline in alternating pairs: --apply writes it only
+    when the median paired ratio's 90% interval is above 1 + --margin (otherwise: "no configuration
+    beat the baseline beyond noise", config untouched, exit 0). Progress goes to stderr. Exit 1 when no trial meets the SLO (naming the
     best p99 seen; the report and plot are still written); exit 2 for bad flags or a budget too small
     for one trial. Ctrl-C reloads the original config and stops the server.
     """
@@ -570,9 +600,11 @@ def tune(
                 raise UsageError("--plot needs matplotlib: pip install 'mcp-cli[serve]'") from None
         load = Load(rate=rate) if rate is not None else Load(concurrency=concurrency or 8)
         r = run_tune(entry, load, slo_p99_ms, budget_s=budget_s, objective=str(objective), window_s=window_s,
-                     inputs=inputs, progress=_progress(rep))
-        if r.best is not None and apply_best and r.best.setting != r.baseline.setting:
+                     inputs=inputs, progress=_progress(rep), dims=parse_dims(dims), pairs=pairs, margin=margin)
+        if apply_best and r.confirmed:
             r.applied = str(apply(entry, r.best.setting))
+        if r.best is not None and r.best.confirmation is not None:
+            r.best.confirmation["applied"] = bool(r.applied)
         if report_path is not None:
             write_report(r, report_path)
         if plot_path is not None:
@@ -606,10 +638,16 @@ def _tuned(rep, r, apply_best: bool) -> None:  # noqa: ANN001 - tune.TuneReport
         t = r.timeout_trial.to_dict()
         rep.out.print(f"  with inference_timeout_ms {r.timeout_trial.setting.inference_timeout_ms}: "
                       f"{t['rejected_fraction']:.1%} of requests rejected, p99 {t['p99_ms']} ms", markup=False)
+    c = best.confirmation if best is not None else None
+    if c is not None:
+        rep.out.print(f"  confirmation ({len(c['pairs'])} alternating pairs): {c['verdict']}", markup=False)
     if r.applied:
         rep.out.print(f"  applied to {r.applied}", markup=False)
-    elif apply_best and best is not None:
-        rep.out.print("  the baseline is the best: config.pbtxt left as it is", markup=False)
+    elif apply_best:
+        why = ("the baseline is the best" if best is None or c is None and best.setting == b.setting
+               else "no configuration beat the baseline beyond noise" if c is not None
+               else "the best was not confirmed")
+        rep.out.print(f"  {why}: config.pbtxt left as it is", markup=False)
 
 
 COMMANDS = [serve, verify, deploy, server_status, undeploy, bench, tune]

@@ -428,22 +428,44 @@ def _wait_ready(c, conn: Connection, name: str, version: int, timeout: float) ->
     raise DeployError(f"{name} v{version} not READY on {conn.describe()} after {timeout:.0f} s (--wait-timeout)")
 
 
-def smoke_inputs(cfg: Any, local: Path, inputs: str | os.PathLike | None = None) -> dict[str, np.ndarray]:
+def smoke_inputs(cfg: Any, local: Path, inputs: str | os.PathLike | None = None, *,
+                 dims: dict[str, int] | None = None, length: int | None = None,
+                 notes: list[str] | None = None) -> dict[str, np.ndarray]:
     """One request the model accepts: the first sample of `inputs` (an .npz or a folder of them),
     or one from mcp_compiler.inputs (sizes from the model's own shape contracts, probed on it
-    locally), batch 1 where batching."""
+    locally; `dims` fixes symbols), batch 1 where batching. With `length`, the symbols no op
+    ties to a size (a sequence length, an image side) are tried at that size first (bench: a
+    realistic request, not the smallest one); `notes` says what was chosen."""
     from mcp_compiler.inputs import load_inputs, make, plan, probe
 
     model, run = _local_model(cfg, local)
     if inputs is not None:
         feeds = load_inputs(inputs, model)[0]
     else:
-        p = plan(model, fold=False)
-        probe(model, p, run)
+        p = plan(model, dims, fold=False)
+        batchless = [s for s in p.free if s not in (dims or {}) and not _at_axis0(p, s)]
+        if length and batchless:
+            try:
+                q = plan(model, {**{s: length for s in batchless}, **(dims or {})}, fold=False)
+                probe(model, q, run)
+                p = q
+                if notes is not None:
+                    notes.append(f"{', '.join(batchless)} = {length} (the default request length; --dims sets it)")
+            except McpError as e:
+                probe(model, p, run)
+                if notes is not None:
+                    notes.append(f"{', '.join(batchless)} = {length} is not accepted ({str(e)[:120]}); "
+                                 f"using {', '.join(f'{s}={p.sizes[s]}' for s in batchless)}")
+        else:
+            probe(model, p, run)
         feeds = make(model, p, np.random.default_rng(0), batch=1 if cfg.max_batch_size > 0 else None)
-    dims = {i.name: list(i.dims) for i in cfg.input}
+    dims_of = {i.name: list(i.dims) for i in cfg.input}
     # a scalar travels as [1] (the config reshapes it to [] for the model)
-    return {k: (v.reshape(1) if v.ndim == 0 and dims[k] == [1] else v) for k, v in feeds.items() if k in dims}
+    return {k: (v.reshape(1) if v.ndim == 0 and dims_of[k] == [1] else v) for k, v in feeds.items() if k in dims_of}
+
+
+def _at_axis0(p: Any, symbol: str) -> bool:
+    return any(sh and sh[0] == symbol for sh in p.shapes.values())
 
 
 def _local_model(cfg: Any, local: Path):  # noqa: ANN202 - (IR model, feeds -> outputs)
@@ -482,7 +504,8 @@ def _smoke(c, conn: Connection, cfg: Any, name: str, version: int, feeds: dict) 
 def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = None,
            version: int | None = None, wait_timeout: float = 120.0, dry_run: bool = False,
            smoke: bool = True, rollback_on_failure: bool = False,
-           inputs: str | os.PathLike | None = None, force: bool = False) -> DeployReport:
+           inputs: str | os.PathLike | None = None, force: bool = False,
+           dims: dict[str, int] | None = None) -> DeployReport:
     """Load DIR/NAME on the server as `name` v`version`, wait for READY, smoke-test it.
 
     The same version already serving other files is refused unless `force` (then it is
@@ -498,7 +521,7 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
                           dry_run=dry_run, content_sha256=digest)
     _check_size(conn, total)
     # the smoke request is made (and tried locally) before anything is sent
-    feeds = smoke_inputs(cfg, local, inputs) if smoke and not dry_run else {}
+    feeds = smoke_inputs(cfg, local, inputs, dims=dims) if smoke and not dry_run else {}
     if dry_run:
         report.notes.append(f"would load {name} v{v} ({total} bytes) with config {config_json}")
         return report

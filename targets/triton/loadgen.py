@@ -4,9 +4,14 @@ Closed loop (`concurrency` clients, each sending its next request when the last 
 open loop (Poisson arrivals at `rate` requests per second, however the server keeps up). The
 load runs in measurement windows; a point is stable when three windows in a row agree within
 10% on throughput and on p99 latency (perf_analyzer's rule), or after `seconds` when a fixed
-duration is asked. Triton's statistics API, read around the windows, splits the server's time
-into queue and compute and gives the average batch it executed; the client's own CPU time says
-when the client, not the server, is the bottleneck.
+duration is asked. On a noisy machine the windows grow (twice as long after every three that
+disagree, up to 4x) and after `max_windows` the point is reported with the coefficient of
+variation of its windows' throughput instead of looping on. An open-loop point whose achieved
+rate is under 95% of the offered one, or whose p99 passes the timeout, is marked saturated; with
+an SLO each point reports the fraction of requests within it (SLO attainment). Triton's
+statistics API, read around the windows, splits the server's time into queue and compute and
+gives the average batch it executed; the client's own CPU time says when the client, not the
+server, is the bottleneck.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import numpy as np
 
 STABLE_WINDOWS = 3
 STABLE_SPREAD = 0.10
+MAX_GROWTH = 4            # windows grow to at most 4x their length on a noisy machine
+SATURATED_RATE = 0.95     # open loop: achieved / offered below this is saturation
 WARMUP_S = 0.5
 MAX_OUTSTANDING = 4096   # open loop: requests in flight beyond this are dropped (counted as errors)
 _REJECTED = ("queue size", "timeout expired", "exceeds maximum queue", "request timeout")
@@ -63,6 +70,10 @@ class Point:
     windows: int
     stable: bool | None          # None: a fixed --seconds window, not checked
     notes: list[str] = field(default_factory=list)
+    cv: float | None = None      # coefficient of variation of the windows' throughput
+    saturated: bool = False      # open loop: achieved < 95% of offered, or p99 past the timeout
+    slo_attainment: float | None = None   # fraction of requests within the SLO (when one is given)
+    slo_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +82,7 @@ class Point:
 @dataclass
 class _Window:
     latencies: list[float]
+    sent: int
     errors: int
     rejected: int
     seconds: float
@@ -90,6 +102,7 @@ class _Window:
 class _Recorder:
     def __init__(self) -> None:
         self.latencies: list[float] = []
+        self.sent = 0            # open loop: requests issued
         self.errors = 0
         self.rejected = 0
         self.sample: str | None = None
@@ -126,7 +139,9 @@ async def server_stats(client, name: str, headers: dict | None) -> dict[str, flo
 
 async def measure(client, name: str, inputs: list, load: Load, *, batch_size: int = 1,  # noqa: ANN001
                   window_s: float = 2.0, max_windows: int = 10, seconds: float | None = None,
-                  version: str = "", headers: dict | None = None, seed: int = 0) -> Point:
+                  version: str = "", headers: dict | None = None, seed: int = 0,
+                  slo_ms: float | None = None, timeout_ms: float | None = None,
+                  progress=None) -> Point:  # noqa: ANN001 - progress(window k, its throughput, its p99 ms)
     """Drive `load` on model `name` and measure it (see the module docstring)."""
     rec = _Recorder()
     stop = asyncio.Event()
@@ -156,6 +171,7 @@ async def measure(client, name: str, inputs: list, load: Load, *, batch_size: in
             if len(pending) >= MAX_OUTSTANDING:
                 rec.failed(RuntimeError("client: too many requests in flight (the server does not keep up)"))
                 continue
+            rec.sent += 1
             t = asyncio.ensure_future(one())
             pending.add(t)
             t.add_done_callback(pending.discard)
@@ -170,26 +186,31 @@ async def measure(client, name: str, inputs: list, load: Load, *, batch_size: in
         length = seconds if seconds is not None else window_s
         limit = 1 if seconds is not None else max_windows
         while len(windows) < limit:
-            windows.append(await _window(client, name, headers, rec, length))
+            w = await _window(client, name, headers, rec, length)
+            windows.append(w)
+            if progress is not None:
+                progress(len(windows), w.throughput, w.p99 * 1e3 if w.latencies else None)
             if seconds is None and _stable(windows):
                 break
+            if seconds is None and len(windows) % STABLE_WINDOWS == 0 and length < window_s * MAX_GROWTH:
+                length *= 2   # noisy: longer windows average more of it out
     finally:
         stop.set()
         await asyncio.wait(workers, timeout=90)
-    return _point(load, batch_size, windows, seconds)
+    return _point(load, batch_size, windows, seconds, slo_ms=slo_ms, timeout_ms=timeout_ms)
 
 
 async def _window(client, name: str, headers: dict | None, rec: _Recorder, length: float) -> _Window:  # noqa: ANN001
     before = await server_stats(client, name, headers)
-    rec.latencies, rec.errors, rec.rejected, rec.sample = [], 0, 0, None
+    rec.latencies, rec.errors, rec.rejected, rec.sample, rec.sent = [], 0, 0, None, 0
     t0, c0 = time.perf_counter(), time.process_time()
     await asyncio.sleep(length)
-    lat, errors, rejected, sample = rec.latencies, rec.errors, rec.rejected, rec.sample
-    rec.latencies, rec.errors, rec.rejected = [], 0, 0
+    lat, errors, rejected, sample, sent = rec.latencies, rec.errors, rec.rejected, rec.sample, rec.sent
+    rec.latencies, rec.errors, rec.rejected, rec.sent = [], 0, 0, 0
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     after = await server_stats(client, name, headers)
     stats = {k: after[k] - before[k] for k in after} if before is not None and after is not None else None
-    return _Window(lat, errors, rejected, wall, cpu / wall if wall > 0 else 0.0, stats, sample)
+    return _Window(lat, sent, errors, rejected, wall, cpu / wall if wall > 0 else 0.0, stats, sample)
 
 
 def _stable(windows: list[_Window]) -> bool:
@@ -203,7 +224,8 @@ def _stable(windows: list[_Window]) -> bool:
     return True
 
 
-def _point(load: Load, batch_size: int, windows: list[_Window], seconds: float | None) -> Point:
+def _point(load: Load, batch_size: int, windows: list[_Window], seconds: float | None, *,
+           slo_ms: float | None = None, timeout_ms: float | None = None) -> Point:
     stable = None if seconds is not None else _stable(windows)
     used = windows[-STABLE_WINDOWS:] if stable else windows   # unstable: everything measured
     lat = np.asarray([x for w in used for x in w.latencies]) * 1e3
@@ -224,13 +246,35 @@ def _point(load: Load, batch_size: int, windows: list[_Window], seconds: float |
     cpu = sum(w.cpu * w.seconds for w in used) / wall if wall > 0 else 0.0
     if cpu > 0.8:
         notes.append(f"the client used {cpu:.0%} of a core: it may be the bottleneck, not the server")
+    rates = [w.throughput for w in windows if w.seconds > 0]
+    cv = float(np.std(rates) / np.mean(rates)) if len(rates) > 1 and np.mean(rates) > 0 else None
     if stable is False:
-        notes.append(f"not stable after {len(windows)} windows (3 in a row within 10%): figures over all of them")
+        notes.append(f"not stable after {len(windows)} windows (3 in a row within 10%): figures over all of "
+                     f"them, throughput CV {cv:.1%}" if cv is not None else
+                     f"not stable after {len(windows)} windows: figures over all of them")
     pct = (lambda q: round(float(np.percentile(lat, q)), 3)) if n else (lambda q: None)
+    achieved = n / wall if wall else 0.0
+    saturated = False
+    sent = sum(w.sent for w in used)
+    expected = load.rate * wall if load.rate else 0.0
+    # Poisson arrivals: a window's count varies by sqrt(rate x seconds); only what is beyond three
+    # of those, or requests issued and not served, says the server (or the client) does not keep up
+    if load.rate and (n < SATURATED_RATE * sent or sent < expected - 3 * expected ** 0.5):
+        saturated = True
+        notes.append(f"saturated: {achieved:.1f} of the {load.rate:g} requests/s offered were served "
+                     f"({achieved / load.rate:.0%}; {sent} issued, {n} served)")
+    if timeout_ms is not None and n and float(np.percentile(lat, 99)) > timeout_ms:
+        saturated = True
+        notes.append(f"saturated: p99 {float(np.percentile(lat, 99)):.1f} ms is past the {timeout_ms:g} ms timeout")
+    attained = None
+    if slo_ms is not None:
+        total = n + sum(w.errors for w in used)
+        attained = round(float((lat <= slo_ms).sum()) / total, 4) if total else None
     return Point(load.label, load.concurrency, load.rate, batch_size, n, round(wall, 3),
                  round(n / wall, 2) if wall else 0.0, round(n * batch_size / wall, 2) if wall else 0.0,
                  pct(50), pct(90), pct(99), round(float(lat.mean()), 3) if n else None,
                  sum(w.errors for w in used), sum(w.rejected for w in used),
                  next((w.sample for w in used if w.sample), None),
                  None if queue_ms is None else round(queue_ms, 3), None if compute_ms is None else round(compute_ms, 3),
-                 None if avg_batch is None else round(avg_batch, 2), round(cpu, 3), len(windows), stable, notes)
+                 None if avg_batch is None else round(avg_batch, 2), round(cpu, 3), len(windows), stable, notes,
+                 None if cv is None else round(cv, 4), saturated, attained, slo_ms)

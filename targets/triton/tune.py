@@ -12,10 +12,18 @@ stages, each stage starting from the best setting so far:
 3. max and preferred batch size around the load (batching models).
 
 The best trial is the highest throughput whose p99 meets the SLO with no failed request (or, with
-objective "latency", the lowest p99). Each trial also records the serving processes' peak memory
-(the server and its python-backend stubs, which grow with instances), and one last trial measures
-the chosen setting with `inference_timeout_ms` at the SLO: the share of requests the queue policy
-then rejects (timeout vs SLO attainment).
+objective "latency", the lowest p99). Settings that are the same on this machine (intra-op threads
+at or past the cores are onnxruntime's default; the queue delay of a model without batching) are
+measured once. Each trial also records the serving processes' peak memory (the server and its
+python-backend stubs, which grow with instances), and one last trial measures the chosen setting
+with `inference_timeout_ms` at the SLO: the share of requests the queue policy then rejects
+(timeout vs SLO attainment).
+
+A search measures each setting once, on a shared, noisy machine: its best may be noise. So the best
+and the baseline are then re-measured in alternating pairs (baseline first, then best first, ...;
+CONFIRM_PAIRS of them), and the median of the paired ratios is reported with a bootstrap 90%
+interval. The best is *confirmed* (and `--apply` writes it) only when the interval's lower end is
+above 1 + margin (5% by default): a difference within the spread of the pairs is no difference.
 """
 
 from __future__ import annotations
@@ -31,10 +39,13 @@ from typing import Any, Callable
 
 from mcp_compiler.errors import McpError, UsageError
 
-from .bench import Served, load_model, measure_points, served
+from .bench import Served, load_model, measure_points, served, unload_model
 from .loadgen import WARMUP_S, Load, Point
 
 DELAYS_US = (0, 100, 500, 2000)
+CONFIRM_PAIRS = 5
+CONFIRM_MARGIN = 0.05
+BOOTSTRAP = 2000
 DEFAULT_MAX_BATCH = 8         # when tune turns batching on (convert's default)
 LOAD_SECONDS = 3.0            # a reload, roughly (python backend + onnxruntime session)
 
@@ -105,6 +116,16 @@ class Setting:
         d["preferred_batch_size"] = list(self.preferred_batch_size)
         return d
 
+    def normalized(self, cores: int) -> Setting:
+        """The same setting as this machine runs it: threads at or past the cores are onnxruntime's
+        default (0), and without dynamic batching the queue fields do nothing."""
+        s = self
+        if s.intra_op_threads >= cores:
+            s = replace(s, intra_op_threads=0)
+        if not s.dynamic_batching:
+            s = replace(s, preferred_batch_size=(), max_queue_delay_us=0, max_queue_size=0, inference_timeout_ms=0)
+        return s
+
 
 @dataclass
 class Trial:
@@ -113,10 +134,12 @@ class Trial:
     peak_rss_mb: float | None
     error: str | None = None
     meets_slo: bool = False
+    confirmation: dict | None = None   # the best only: the paired re-measurement against the baseline
 
     def to_dict(self) -> dict:
         p = self.point
-        return {"config": self.setting.to_dict(), "throughput": p.throughput if p else None,
+        return {"config": self.setting.to_dict(), "label": label(self.setting), "confirmation": self.confirmation,
+                "throughput": p.throughput if p else None,
                 "p50_ms": p.p50_ms if p else None, "p90_ms": p.p90_ms if p else None,
                 "p99_ms": p.p99_ms if p else None, "errors": p.errors if p else None,
                 "rejected": p.rejected if p else None,
@@ -140,9 +163,15 @@ class TuneReport:
     spent_s: float
     applied: str | None = None
     notes: list[str] = field(default_factory=list)
+    inputs: dict[str, dict] = field(default_factory=dict)   # the request: name -> {"shape", "dtype"}
+
+    @property
+    def confirmed(self) -> bool:
+        return bool(self.best and self.best.confirmation and self.best.confirmation["confirmed"])
 
     def to_dict(self) -> dict:
         return {"model": self.model, "load": self.load, "slo_p99_ms": self.slo_p99_ms, "objective": self.objective,
+                "inputs": self.inputs, "confirmed": self.confirmed,
                 "baseline": self.baseline.to_dict(), "best": self.best.to_dict() if self.best else None,
                 "trials": [t.to_dict() for t in self.trials],
                 "timeout_trial": self.timeout_trial.to_dict() if self.timeout_trial else None,
@@ -156,17 +185,32 @@ def trial_seconds(window_s: float, windows: int = 3) -> float:
     return LOAD_SECONDS + WARMUP_S + windows * window_s
 
 
+def confirm_seconds(window_s: float, pairs: int) -> float:
+    """What the confirmation takes: two loads (baseline and best side by side), then `pairs` x 2
+    fixed windows of 2 x window_s, each after the warm-up."""
+    return 2 * LOAD_SECONDS + pairs * 2 * (WARMUP_S + 2 * window_s)
+
+
 def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: float = 120.0,
          objective: str = "throughput", window_s: float = 1.0, max_windows: int = 6,
          inputs: str | os.PathLike | None = None, cores: int | None = None,
-         progress: Callable[[str], None] | None = None) -> TuneReport:
-    """Search the serving parameters of `entry` (DIR/NAME) at `load` (see the module docstring)."""
+         progress: Callable[[str], None] | None = None, dims: dict[str, int] | None = None,
+         pairs: int = CONFIRM_PAIRS, margin: float = CONFIRM_MARGIN) -> TuneReport:
+    """Search the serving parameters of `entry` (DIR/NAME) at `load`, then confirm the best
+    against the baseline in `pairs` alternating pairs (see the module docstring)."""
+    from .bench import shapes_of
+
     if objective not in ("throughput", "latency"):
         raise UsageError(f"--objective must be throughput or latency, got {objective!r}")
     if slo_p99_ms <= 0:
         raise UsageError(f"--slo-p99-ms must be positive, got {slo_p99_ms}")
+    if not 0 <= margin < 10:
+        raise UsageError(f"--margin must be between 0 and 10, got {margin}")
+    if pairs < 3:
+        raise UsageError(f"--confirm-pairs must be at least 3, got {pairs}")
     need = trial_seconds(window_s)
     most = trial_seconds(window_s, max_windows)   # a trial that never settles: what the budget must still hold
+    confirm = confirm_seconds(window_s, pairs)
     if budget_s < need:
         raise UsageError(f"--budget-s {budget_s:g} is too small for one trial (about {need:.0f} s: a reload "
                          f"and three {window_s:g} s windows)")
@@ -174,21 +218,29 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
     t0 = time.monotonic()
     say = progress or (lambda _msg: None)
     batchable = _batchable(Path(entry))
-    with served(entry, None, inputs=inputs) as s:
+    notes: list[str] = []
+    with served(entry, None, inputs=inputs, dims=dims) as s:
+        notes += s.notes
         original = copy.deepcopy(s.config)
-        search = _Search(s, load, slo_p99_ms, objective, window_s, max_windows)
+        search = _Search(s, load, slo_p99_ms, objective, window_s, max_windows, cores, Path(entry))
         try:
             baseline = search.run(Setting.of(original), "baseline")
             say(_line(0, baseline, None, slo_p99_ms))
             for stage in (_batching, _instances, _batch_sizes):
                 for setting in stage(search.best_setting(baseline), cores, load, batchable):
-                    if time.monotonic() - t0 + most > budget_s:
+                    if time.monotonic() - t0 + most + confirm > budget_s:
                         break
-                    if setting in search.seen:
+                    if setting.normalized(cores) in search.seen:
+                        search.skipped += setting not in search.raw   # the same on this machine, not a repeat
                         continue
                     trial = search.run(setting)
                     say(_line(len(search.trials) - 1, trial, search.best(), slo_p99_ms))
             best = search.best()
+            if best is not None and best.setting.normalized(cores) != baseline.setting.normalized(cores):
+                if time.monotonic() - t0 + confirm <= budget_s + most:
+                    best.confirmation = search.confirm(baseline, best, pairs, margin, say)
+                else:
+                    notes.append("no time left in --budget-s to confirm the best against the baseline: not confirmed")
             timeout_trial = None
             chosen = best or baseline
             if chosen.setting.dynamic_batching and time.monotonic() - t0 + most <= budget_s:
@@ -202,28 +254,51 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
                 load_model(s, _json(original, s.name))
             except McpError:
                 pass
-    notes = []
     if search.trials and all(t.point is None for t in search.trials):
         notes.append("every trial failed to load or measure")
+    if search.skipped:
+        notes.append(f"{search.skipped} setting(s) not measured: the same on this machine as one measured "
+                     f"({cores} cores: more intra-op threads are onnxruntime's default)")
     return TuneReport(s.name, load.label, slo_p99_ms, objective, baseline, best,
-                      search.trials, timeout_trial, budget_s, time.monotonic() - t0, notes=notes)
+                      search.trials, timeout_trial, budget_s, time.monotonic() - t0, notes=notes,
+                      inputs=shapes_of(s.feeds))
+
+
+def bootstrap_median_interval(ratios: list[float], level: float = 0.90, n: int = BOOTSTRAP,
+                              seed: int = 0) -> tuple[float, float]:
+    """The `level` percentile interval of the median of `ratios`, by resampling them."""
+    import numpy as np
+
+    r = np.asarray(ratios, dtype=float)
+    rng = np.random.default_rng(seed)
+    medians = np.median(r[rng.integers(0, len(r), (n, len(r)))], axis=1)
+    lo, hi = np.percentile(medians, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+    return float(lo), float(hi)
 
 
 class _Search:
-    def __init__(self, s: Served, load: Load, slo: float, objective: str, window_s: float, max_windows: int) -> None:
-        self.s, self.load, self.slo, self.objective = s, load, slo, objective
-        self.window_s, self.max_windows = window_s, max_windows
+    def __init__(self, s: Served, load: Load, slo: float, objective: str, window_s: float, max_windows: int,
+                 cores: int = 1, entry: Path | None = None) -> None:
+        self.s, self.load, self.slo, self.objective, self.entry = s, load, slo, objective, entry
+        self.window_s, self.max_windows, self.cores = window_s, max_windows, cores
         self.trials: list[Trial] = []
-        self.seen: set[Setting] = set()
+        self.seen: set[Setting] = set()    # as this machine runs them (Setting.normalized)
+        self.raw: set[Setting] = set()
+        self.skipped = 0
         self.base = copy.deepcopy(s.config)
 
+    def measure(self, setting: Setting, seconds: float | None = None) -> Point:
+        load_model(self.s, _json(setting.config(self.base), self.s.name))
+        return measure_points(self.s, [self.load], window_s=self.window_s, max_windows=self.max_windows,
+                              seconds=seconds, slo_ms=self.slo)[0]
+
     def run(self, setting: Setting, kind: str = "trial", rank: bool = True) -> Trial:
-        self.seen.add(setting)
+        self.seen.add(setting.normalized(self.cores))
+        self.raw.add(setting)
         watch = _PeakRss(self.s.server.proc.pid if self.s.server is not None else None)
         try:
-            load_model(self.s, _json(setting.config(self.base), self.s.name))
             with watch:
-                point = measure_points(self.s, [self.load], window_s=self.window_s, max_windows=self.max_windows)[0]
+                point = self.measure(setting)
             trial = Trial(setting, point, watch.peak_mb)
         except McpError as e:
             trial = Trial(setting, None, watch.peak_mb, error=str(e))
@@ -232,6 +307,63 @@ class _Search:
         if rank:
             self.trials.append(trial)
         return trial
+
+    def confirm(self, baseline: Trial, best: Trial, pairs: int, margin: float, say: Callable[[str], None]) -> dict:
+        """Baseline and best again, in `pairs` alternating pairs of fixed windows: the median of the
+        paired ratios (best over baseline: throughput, or p99 the other way round for latency) and
+        its bootstrap 90% interval; confirmed when the interval's lower end is above 1 + margin."""
+        import dataclasses
+
+        from .deploy import read_entry
+
+        # both loaded at once, the best under a second name (the entry's files uploaded with its
+        # config): the pairs then alternate between two ready models, no reload between them
+        twin = dataclasses.replace(self.s, name=f"{self.s.name}__mcp_confirm")
+        _, _, _, files = read_entry(self.entry, None)
+        rows = []
+        try:
+            load_model(self.s, _json(baseline.setting.config(self.base), self.s.name))
+            load_model(twin, _json(best.setting.config(self.base), twin.name), files=files)
+            for k in range(pairs):
+                order = [("baseline", self.s), ("best", twin)]
+                if k % 2:
+                    order.reverse()   # alternate who goes first: drift on the machine hits both alike
+                got = {}
+                for who, served_as in order:
+                    try:
+                        got[who] = measure_points(served_as, [self.load], window_s=self.window_s,
+                                                  seconds=2 * self.window_s, slo_ms=self.slo)[0]
+                    except McpError as e:
+                        got[who] = None
+                        say(f"confirmation pair {k + 1}: {who} failed: {e}")
+                b, x = got["baseline"], got["best"]
+                if b is None or x is None or not b.throughput or not x.throughput or not b.p99_ms or not x.p99_ms:
+                    continue
+                ratio = x.throughput / b.throughput if self.objective == "throughput" else b.p99_ms / x.p99_ms
+                rows.append({"baseline": b.throughput, "best": x.throughput, "baseline_p99_ms": b.p99_ms,
+                             "best_p99_ms": x.p99_ms, "ratio": round(ratio, 4), "first": order[0][0]})
+                say(f"confirmation pair {k + 1} of {pairs}: baseline {b.throughput:.0f} req/s (p99 {b.p99_ms} ms), "
+                    f"best {x.throughput:.0f} req/s (p99 {x.p99_ms} ms): {ratio:.3f}x")
+        except McpError as e:
+            say(f"confirmation failed: {e}")
+        finally:
+            unload_model(twin)
+        if len(rows) < 3:
+            return {"pairs": rows, "median_ratio": None, "interval": None, "margin": margin, "confirmed": False,
+                    "verdict": "too few pairs measured to confirm"}
+        import statistics
+
+        ratios = [r["ratio"] for r in rows]
+        median = statistics.median(ratios)
+        lo, hi = bootstrap_median_interval(ratios)
+        confirmed = lo > 1 + margin
+        verdict = (f"confirmed: {median:.3f}x the baseline (90% interval {lo:.3f}-{hi:.3f}, above 1 + {margin:g})"
+                   if confirmed else
+                   f"no configuration beat the baseline beyond noise: {median:.3f}x (90% interval {lo:.3f}-{hi:.3f} "
+                   f"reaches below 1 + {margin:g})")
+        say(verdict)
+        return {"pairs": rows, "median_ratio": round(median, 4), "interval": [round(lo, 4), round(hi, 4)],
+                "level": 0.90, "margin": margin, "confirmed": confirmed, "verdict": verdict}
 
     def _key(self, t: Trial) -> float:
         return t.point.throughput if self.objective == "throughput" else -(t.point.p99_ms or float("inf"))
@@ -326,6 +458,15 @@ def _line(k: int, t: Trial, best: Trial | None, slo: float) -> str:
             f"{', ' + str(p.errors) + ' errors' if p.errors else ''}{tail}")
 
 
+def label(s: Setting) -> str:
+    """A setting in a few characters, for plots: `b16 d100us i2t1` (max batch 16, batching with a
+    100 us queue delay, 2 instances of 1 thread); `nb` without batching, `tall` all cores."""
+    db = f"b{s.max_batch_size} d{s.max_queue_delay_us}us" if s.dynamic_batching else \
+        (f"b{s.max_batch_size} nb" if s.max_batch_size > 0 else "nb")
+    pref = f" p{'/'.join(map(str, s.preferred_batch_size))}" if s.preferred_batch_size else ""
+    return f"{db}{pref} i{s.instance_count}t{s.intra_op_threads or 'all'}"
+
+
 def describe(s: Setting) -> str:
     db = f"batching delay {s.max_queue_delay_us} us" if s.dynamic_batching else "no batching"
     pref = f" preferred {list(s.preferred_batch_size)}" if s.preferred_batch_size else ""
@@ -412,32 +553,97 @@ def write_report(report: TuneReport, path: str | os.PathLike) -> None:
 
 
 def plot(report: TuneReport, path: str | os.PathLike) -> None:
-    """p99 vs throughput of every trial, the Pareto front, the SLO line, baseline and best."""
+    """Left: p99 vs throughput of every trial, numbered, with a key of each number's setting
+    (`label`), throughput and p99; the Pareto front drawn over the points; the SLO line (or, when it
+    is far above every trial, an arrow saying so, so the points are not squashed); baseline (open
+    square) and best (star) apart; both axes start at zero. Right: the confirmation pairs (baseline
+    and best throughput per pair, the median ratio and its interval), or why there are none."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pts = [(t.point.throughput, t.point.p99_ms) for t in report.trials if t.point and t.point.p99_ms is not None]
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    if pts:
-        ax.scatter([x for x, _ in pts], [y for _, y in pts], s=22, color="#7f8c8d", label="trials")
+    numbered = [(k, t) for k, t in enumerate(report.trials) if t.point and t.point.p99_ms is not None]
+    fig = plt.figure(figsize=(14, 5.6), dpi=110)
+    grid = fig.add_gridspec(1, 3, width_ratios=[3.2, 1.7, 2.4])
+    ax, kx, cx = fig.add_subplot(grid[0]), fig.add_subplot(grid[1]), fig.add_subplot(grid[2])
+    top = max([t.point.p99_ms for _, t in numbered], default=report.slo_p99_ms) * 1.35
+    slo_shown = report.slo_p99_ms <= top * 1.5
+    top = max(top, report.slo_p99_ms * 1.1) if slo_shown else top
+    if numbered:
+        xs, ys = [t.point.throughput for _, t in numbered], [t.point.p99_ms for _, t in numbered]
+        ax.scatter(xs, ys, s=30, color="#95a5a6", zorder=2, label="trials (numbers: see the key)")
+        for (k, _), x, y in zip(numbered, xs, ys):
+            ax.annotate(str(k), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8, color="#2c3e50", zorder=8)
         front, best_y = [], float("inf")
-        for x, y in sorted(pts, key=lambda p: (-p[0], p[1])):   # most throughput first
+        for x, y in sorted(zip(xs, ys), key=lambda p: (-p[0], p[1])):   # most throughput first
             if y < best_y:
                 front.append((x, y))
                 best_y = y
         front.sort()
-        ax.plot([x for x, _ in front], [y for _, y in front], "-o", color="#2980b9", markersize=4, label="Pareto front")
-    ax.axhline(report.slo_p99_ms, color="#c0392b", linestyle="--", label=f"SLO p99 {report.slo_p99_ms:g} ms")
-    for t, mark, color, label in ((report.baseline, "s", "#8e44ad", "baseline"), (report.best, "*", "#27ae60", "best")):
-        if t is not None and t.point is not None and t.point.p99_ms is not None:
-            ax.scatter([t.point.throughput], [t.point.p99_ms], marker=mark, s=140, color=color, label=label, zorder=3)
-    ax.set_xlabel("throughput (requests/s)")
-    ax.set_ylabel("p99 latency (ms)")
-    ax.set_title(f"{report.model}: {report.load}")
+        ax.plot([x for x, _ in front], [y for _, y in front], "-", color="#2980b9", linewidth=2.5, alpha=0.9,
+                zorder=4, label="Pareto front (nothing both faster and lower p99)")
+        ax.scatter([x for x, _ in front], [y for _, y in front], s=50, facecolors="none", edgecolors="#2980b9",
+                   linewidths=1.5, zorder=4)
+    if slo_shown:
+        ax.axhline(report.slo_p99_ms, color="#c0392b", linestyle="--", linewidth=1.2, zorder=1,
+                   label=f"SLO p99 {report.slo_p99_ms:g} ms")
+    else:
+        ax.annotate(f"SLO p99 {report.slo_p99_ms:g} ms: above this range", xy=(0.98, 0.99), xycoords="axes fraction",
+                    xytext=(0.98, 0.88), ha="right", fontsize=8, color="#c0392b",
+                    arrowprops={"arrowstyle": "->", "color": "#c0392b"})
+    base, best = report.baseline, report.best
+    if base.point is not None and base.point.p99_ms is not None:
+        ax.scatter([base.point.throughput], [base.point.p99_ms], marker="s", s=170, facecolors="none",
+                   edgecolors="#8e44ad", linewidths=2.2, zorder=6, label="baseline (0)")
+    if best is not None and best.point is not None and best.point.p99_ms is not None:
+        word = "confirmed" if report.confirmed else "NOT confirmed" if best.confirmation else "unconfirmed"
+        ax.scatter([best.point.throughput], [best.point.p99_ms], marker="*", s=280, color="#27ae60",
+                   edgecolors="black", linewidths=0.6, zorder=7,
+                   label=f"best ({report.trials.index(best)}), {word}")
+    ax.set_xlim(0, max([t.point.throughput for _, t in numbered], default=1) * 1.12)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("throughput (requests/s; axis from 0)")
+    ax.set_ylabel("p99 latency (ms; axis from 0)")
+    ax.set_title(f"{report.model} at {report.load}: {len(report.trials)} trials", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="lower left")
+    kx.set_axis_off()
+    kx.set_title("key", fontsize=10)
+    rows = [f"{k:>2}  {label(t.setting):<22} {t.point.throughput:>7.0f}/s {t.point.p99_ms:>6.2f} ms"
+            for k, t in numbered]
+    kx.text(0, 1, "\n".join(rows[:30]) + ("\n..." if len(rows) > 30 else ""), family="monospace", fontsize=7,
+            va="top", transform=kx.transAxes)
+    kx.text(0, 0, "bN max batch, dNus queue delay,\nnb no dynamic batching, pN preferred,\n"
+            "iN instances, tN threads (tall: all cores)", fontsize=7, color="#7f8c8d", transform=kx.transAxes)
+    _confirmation_panel(cx, report)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _confirmation_panel(cx, report: TuneReport) -> None:  # noqa: ANN001 - a matplotlib Axes
+    c = report.best.confirmation if report.best is not None else None
+    cx.set_title("confirmation: baseline vs best, alternating pairs", fontsize=10)
+    if not c or not c["pairs"]:
+        why = ("the baseline is the best: nothing to confirm" if report.best is None
+               or report.best.setting == report.baseline.setting else
+               "not confirmed: " + (c["verdict"] if c else "no time left in the budget"))
+        cx.text(0.5, 0.5, why, ha="center", va="center", wrap=True, fontsize=9, transform=cx.transAxes)
+        cx.set_axis_off()
+        return
+    k = list(range(1, len(c["pairs"]) + 1))
+    cx.plot(k, [r["baseline"] for r in c["pairs"]], "s-", color="#8e44ad", label="baseline")
+    cx.plot(k, [r["best"] for r in c["pairs"]], "*-", color="#27ae60", markersize=10, label="best")
+    cx.set_xticks(k)
+    cx.set_xlabel("pair (the one measured first alternates)")
+    cx.set_ylabel("throughput (requests/s; axis from 0)")
+    cx.set_ylim(bottom=0)
+    cx.grid(alpha=0.3)
+    lo, hi = c["interval"] or (None, None)
+    text = (f"median ratio {c['median_ratio']:.3f}x, 90% interval {lo:.3f}-{hi:.3f}\n"
+            f"{'CONFIRMED' if c['confirmed'] else 'NOT confirmed'} (needs lower end > {1 + c['margin']:.2f})"
+            if c["median_ratio"] is not None else c["verdict"])
+    cx.text(0.02, 0.22, text, transform=cx.transAxes, fontsize=8,
+            bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "#bdc3c7"})
+    cx.legend(fontsize=8, loc="lower right")

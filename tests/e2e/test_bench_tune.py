@@ -93,14 +93,24 @@ def test_tune_finds_a_setting_and_applies_it(entry, tmp_path):
     assert rep["best"]["throughput"] == best["throughput"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     after = (work / "config.pbtxt").read_text()
+    assert rep["inputs"] == {"x": {"shape": [1, 16], "dtype": "float32"}}
+    c = rep["best"]["confirmation"]
     if rep["best"]["config"] != rep["baseline"]["config"]:
-        assert rep["applied"] and after != before
-        from google.protobuf import text_format
-        from tritonclient.grpc import model_config_pb2 as mc
+        # re-measured in alternating pairs; applied exactly when the interval clears 1 + margin
+        assert c is not None and len(c["pairs"]) >= 3, c
+        lo, hi = c["interval"]
+        assert lo <= c["median_ratio"] <= hi and c["confirmed"] == (lo > 1 + c["margin"]) and c["applied"] == c["confirmed"]
+        assert [p["first"] for p in c["pairs"][:2]] == ["baseline", "best"]
+        assert bool(rep["applied"]) == c["confirmed"] and (after != before) == c["confirmed"]
+        if c["confirmed"]:
+            from google.protobuf import text_format
+            from tritonclient.grpc import model_config_pb2 as mc
 
-        cfg = text_format.Parse(after, mc.ModelConfig())
-        assert cfg.instance_group[0].count == rep["best"]["config"]["instance_count"]
-        assert cfg.HasField("dynamic_batching") == rep["best"]["config"]["dynamic_batching"]
+            cfg = text_format.Parse(after, mc.ModelConfig())
+            assert cfg.instance_group[0].count == rep["best"]["config"]["instance_count"]
+            assert cfg.HasField("dynamic_batching") == rep["best"]["config"]["dynamic_batching"]
+        else:
+            assert "no configuration beat the baseline beyond noise" in r.stdout
     else:
         assert after == before
 
@@ -133,8 +143,55 @@ def test_tune_turns_batching_on_for_an_entry_written_without(tmp_path):
     batched = [t for t in rep["trials"] if t["config"]["dynamic_batching"]]
     assert batched and all(t["config"]["max_batch_size"] > 0 and t["errors"] == 0 for t in batched)
     cfg = text_format.Parse((repo / "mlp" / "config.pbtxt").read_text(), mc.ModelConfig())
-    if rep["best"]["config"]["dynamic_batching"]:
-        assert cfg.max_batch_size > 0 and list(cfg.input[0].dims) == [16]
+    if rep["applied"]:
+        assert rep["best"]["confirmation"]["confirmed"]
+        if rep["best"]["config"]["dynamic_batching"]:
+            assert cfg.max_batch_size > 0 and list(cfg.input[0].dims) == [16]
+    else:
+        assert cfg.max_batch_size == 0
     # the entry still serves what it says
     b = _cli("bench", str(repo / "mlp"), "--concurrency", "2", "--seconds", "0.5", "--json")
     assert b.returncode == 0 and json.loads(b.stdout)["points"][0]["errors"] == 0, b.stderr
+
+
+def _text_model(path):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    emb = numpy_helper.from_array(np.random.default_rng(0).standard_normal((1000, 32)).astype(np.float32), "emb")
+    g = helper.make_graph([helper.make_node("Gather", ["emb", "input_ids"], ["e"]),
+                           helper.make_node("ReduceMean", ["e"], ["pooled"], axes=[1], keepdims=0)], "text",
+                          [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])],
+                          [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", 32])], [emb])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_bench_sends_a_realistic_length_local_and_remote(tmp_path):
+    """A text model [batch, sequence]: the request is sent at sequence 128 (not 1), locally and from
+    a running server's config alone; --dims changes it; the shapes are in the JSON."""
+    from mcp_compiler.targets.triton.serve import TritonServer
+
+    repo = tmp_path / "repo"
+    compile_model(_text_model(tmp_path / "text.onnx"), repo, CompileOptions.for_target("triton-v1.12", "text"))
+    r = _cli("bench", str(repo / "text"), "-c", "2", "--seconds", "0.5", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["inputs"] == {"input_ids": {"shape": [1, 128], "dtype": "int64"}}, out["inputs"]
+    assert any("sequence = 128" in n for n in out["notes"])
+    with TritonServer(repo) as s:
+        r = _cli("bench", "text", "--url", f"grpc://{s.grpc_url}", "-c", "2", "--seconds", "0.5", "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["inputs"]["input_ids"]["shape"] == [1, 128], r.stderr
+        r = _cli("bench", "text", "--url", f"grpc://{s.grpc_url}", "-c", "2", "--seconds", "0.5", "--json",
+                 "--dims", "input_ids.1=64")
+        assert json.loads(r.stdout)["inputs"]["input_ids"]["shape"] == [1, 64]
+        r = _cli("bench", "text", "--url", f"grpc://{s.grpc_url}", "--dims", "seq=64", "--seconds", "0.5")
+        assert r.returncode == 2 and "input_ids.1" in r.stderr
+        # open loop far past what the server does: saturated, with the SLO attainment
+        r = _cli("bench", "text", "--url", f"grpc://{s.grpc_url}", "--rate", "40000", "--seconds", "1",
+                 "--slo-p99-ms", "2", "--json")
+        p = json.loads(r.stdout)["points"][0]
+        assert p["saturated"] is True and 0 <= p["slo_attainment"] < 0.9 and p["slo_ms"] == 2, p
+        r = _cli("bench", "text", "--url", f"grpc://{s.grpc_url}", "--rate", "20", "--seconds", "1", "--json")
+        assert json.loads(r.stdout)["points"][0]["saturated"] is False

@@ -1,0 +1,107 @@
+"""tune's confirmation, with a fake server (no Triton): settings that are all the same apart from
+noise are never confirmed (so --apply writes nothing); one that truly doubles throughput is; settings
+the same on this machine are measured once; the bootstrap interval covers the median."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+from mcp_compiler.targets.triton import tune as T
+from mcp_compiler.targets.triton.loadgen import Load, Point
+
+
+def _point(tp: float) -> Point:
+    return Point("concurrency 8", 8, None, 1, int(tp), 1.0, tp, tp, 1.0, 1.5, 2.0, 1.0, 0, 0, None, 0.1, 0.5, 1.0,
+                 0.3, 3, True)
+
+
+class _Fake:
+    """A served model whose throughput depends on the loaded setting only through `gain`."""
+
+    def __init__(self, gain, seed: int = 0) -> None:
+        from tritonclient.grpc import model_config_pb2 as mc
+
+        self.gain, self.rng = gain, np.random.default_rng(seed)
+        self.loaded: dict[str, T.Setting] = {}
+        cfg = mc.ModelConfig(name="m", max_batch_size=8)
+        cfg.dynamic_batching.SetInParent()
+        cfg.input.add(name="x", data_type=mc.TYPE_FP32, dims=[4])
+        self.config, self.measured = cfg, []
+
+    def install(self, monkeypatch) -> None:
+        import json
+
+        from google.protobuf import json_format
+        from tritonclient.grpc import model_config_pb2 as mc
+
+        from mcp_compiler.targets.triton.bench import Served
+
+        @contextlib.contextmanager
+        def served(entry, conn, **kw):
+            yield Served(None, "m", self.config, {"x": np.zeros((1, 4), np.float32)})
+
+        def load_model(s, config_json=None, files=None):
+            cfg = json_format.ParseDict(json.loads(config_json), mc.ModelConfig()) if config_json else self.config
+            self.loaded[s.name] = T.Setting.of(cfg)
+
+        def measure_points(s, loads, **kw):
+            setting = self.loaded[s.name]
+            self.measured.append(setting)
+            return [_point(1000.0 * self.gain(setting) * (1 + 0.08 * self.rng.standard_normal()))]
+
+        monkeypatch.setattr(T, "served", served)
+        monkeypatch.setattr(T, "load_model", load_model)
+        monkeypatch.setattr(T, "measure_points", measure_points)
+        monkeypatch.setattr(T, "unload_model", lambda s: None)
+        monkeypatch.setattr(T, "_batchable", lambda entry: True)
+        monkeypatch.setattr("mcp_compiler.targets.triton.deploy.read_entry", lambda e, v: (None, 1, None, {}))
+
+
+def _tune(cores: int = 2) -> T.TuneReport:
+    return T.tune("entry", Load(concurrency=8), 100.0, budget_s=10_000, window_s=0.1, cores=cores)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_noise_alone_is_never_confirmed(monkeypatch, seed):
+    fake = _Fake(lambda s: 1.0, seed)
+    fake.install(monkeypatch)
+    r = _tune()
+    if r.best is not None and r.best.setting != r.baseline.setting:
+        c = r.best.confirmation
+        assert c is not None and len(c["pairs"]) == T.CONFIRM_PAIRS and not c["confirmed"], c
+        assert "no configuration beat the baseline beyond noise" in c["verdict"]
+    assert not r.confirmed
+
+
+def test_a_real_gain_is_confirmed_with_its_interval(monkeypatch):
+    fake = _Fake(lambda s: 2.0 if s.max_queue_delay_us == 500 else 1.0)
+    fake.install(monkeypatch)
+    r = _tune()
+    assert r.best.setting.max_queue_delay_us == 500
+    c = r.best.confirmation
+    assert r.confirmed and c["confirmed"] and 1.7 < c["median_ratio"] < 2.3
+    lo, hi = c["interval"]
+    assert 1.05 < lo <= c["median_ratio"] <= hi
+    assert [p["first"] for p in c["pairs"]] == ["baseline", "best", "baseline", "best", "baseline"]
+
+
+def test_settings_the_same_on_this_machine_are_measured_once(monkeypatch):
+    fake = _Fake(lambda s: 1.0)
+    fake.install(monkeypatch)
+    r = _tune(cores=1)   # one core: "1 thread" and "all threads" are one setting
+    keys = [t.setting.normalized(1) for t in r.trials]
+    assert len(keys) == len(set(keys)), keys
+    assert any("not measured" in n for n in r.notes)
+
+
+def test_bootstrap_interval_and_labels():
+    lo, hi = T.bootstrap_median_interval([1.0, 1.1, 0.9, 1.05, 0.95])
+    assert lo <= 1.0 <= hi and lo >= 0.9 and hi <= 1.1
+    lo, hi = T.bootstrap_median_interval([2.0, 2.1, 1.9, 2.05, 1.95])
+    assert lo > 1.5
+    s = T.Setting(True, 16, (), 100, 2, 1)
+    assert T.label(s) == "b16 d100us i2t1" and T.label(T.Setting(False, 0)) == "nb i1tall"
+    assert T.Setting(True, 8, intra_op_threads=4).normalized(2).intra_op_threads == 0
