@@ -16,13 +16,28 @@ BUDGET_KEYS = {"cos": ("cosine", "min"), "max-abs": ("max_abs", "max"), "rel": (
                "top1": ("top1_agreement", "min")}
 
 
+# What a quantized model is judged by when no --accuracy-budget is given: verify and --verify use
+# it instead of float32 tolerances, and convert warns when its accuracy report falls under it.
+DEFAULT_BUDGETS = {"fp16": {"cos": 0.999}, "bf16": {"cos": 0.999}, "fp8": {"cos": 0.99}, "int4": {"cos": 0.98}}
+SAMPLES = 16   # the accuracy report's random samples (a budget met on 2 was missed on others)
+
+
+def default_budget(level: str | None) -> dict[str, float]:
+    """The budget a model quantized at `level` is judged by (empty: not quantized)."""
+    for key, budget in DEFAULT_BUDGETS.items():
+        if level and level.startswith(key):
+            return dict(budget)
+    return {}
+
+
 @dataclass
 class OutputAccuracy:
     name: str
     max_abs: float
     rel_error: float          # ||quantized - reference|| / ||reference|| over all samples
-    cosine: float             # over all elements of all samples
+    cosine: float             # the worst sample's (what a budget is checked against)
     top1_agreement: float | None = None   # share of rows with the same argmax on the last axis
+    cosine_all: float | None = None       # over all elements of all samples together
 
 
 @dataclass
@@ -144,18 +159,37 @@ def measure(reference, model: Model, samples: list[dict[str, np.ndarray]], label
     return report
 
 
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    return float(a @ b / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+
+
 def _compare(name: str, want: list[np.ndarray], got: list[np.ndarray]) -> OutputAccuracy:
     fa = np.concatenate([np.asarray(x, np.float64).ravel() for x in want])
     fb = np.concatenate([np.asarray(x, np.float64).ravel() for x in got])
     d = fa - fb
-    na, nb = float(np.linalg.norm(fa)), float(np.linalg.norm(fb))
-    cos = float(fa @ fb / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+    na = float(np.linalg.norm(fa))
+    worst = min(cosine(np.asarray(w, np.float64).ravel(), np.asarray(g, np.float64).ravel()) for w, g in zip(want, got))
     rel = float(np.linalg.norm(d)) / na if na > 0 else (0.0 if not d.any() else float("inf"))
     top1 = None
     if want[0].ndim in (2, 3) and want[0].shape[-1] >= 2:
         same = [np.argmax(w, -1) == np.argmax(g, -1) for w, g in zip(want, got)]
         top1 = float(np.mean(np.concatenate([s.ravel() for s in same])))
-    return OutputAccuracy(name, float(np.abs(d).max(initial=0.0)), rel, cos, top1)
+    return OutputAccuracy(name, float(np.abs(d).max(initial=0.0)), rel, worst, top1, cosine(fa, fb))
+
+
+def under_default(report: AccuracyReport, level: str) -> list[str]:
+    """What falls under `level`'s default budget (a warning when no budget was given)."""
+    out = []
+    for key, bound in default_budget(level).items():
+        fld, kind = BUDGET_KEYS[key]
+        for o in report.outputs:
+            v = getattr(o, fld)
+            if v is not None and ((kind == "min" and not v >= bound) or (kind == "max" and not v <= bound)):
+                out.append(f"output {o.name!r}: {fld.replace('_', ' ')} {v:.6g} is under the default {level} budget "
+                           f"({key}={bound:g}) on {report.inputs}; --accuracy-budget makes it an error, "
+                           "--quantize-exclude / --auto-exclude keep layers in float")
+    return out
 
 
 def check_budget(report: AccuracyReport, budget: dict[str, float]) -> None:

@@ -204,7 +204,12 @@ def _check_quantization(input, fmt: str, model: Model, samples, options: Compile
     if report.quantization["quantized"]:
         _check_accuracy(input, fmt, model, samples, options, report, checked)
     else:
-        report.warnings.append("--quantize: no weight was quantized (see the report's quantization.skipped for why)")
+        reasons: dict[str, int] = {}
+        for row in report.quantization.get("skipped", []):
+            reasons[row.get("reason", "?")] = reasons.get(row.get("reason", "?"), 0) + 1
+        why = "; ".join(f"{r} ({k})" for r, k in sorted(reasons.items(), key=lambda x: -x[1])[:3])
+        report.warnings.append(f"--quantize: no weight was quantized{': ' + why if why else ''} "
+                               "(the report's quantization.skipped lists each layer)")
 
 
 def _write(model: Model, target, input, output: Path, options: CompileOptions,  # noqa: ANN001
@@ -273,8 +278,12 @@ def _emit(model: Model, target, input, output: Path, options: CompileOptions,  #
     from .targets import TargetOptions
 
     def verify_staged(entry: Path) -> None:
+        from .accuracy import default_budget
+
         t = time.perf_counter()
-        v = target.verify(input, entry, dims=options.checks.dims, inputs=options.checks.inputs)
+        # a quantized model is judged by its accuracy budget (default: its level's), not float32 tolerances
+        budget = (options.accuracy.budget or default_budget(options.quantize.mode)) if options.quantize else None
+        v = target.verify(input, entry, dims=options.checks.dims, inputs=options.checks.inputs, budget=budget)
         v.repository = str(where)
         report.verification = {**v.to_dict(), "seconds": round(time.perf_counter() - t, 4)}
         v.raise_if_failed()
@@ -314,7 +323,7 @@ def _check_accuracy(input, fmt: str, model: Model, samples, options: CompileOpti
     """Quantized vs onnxruntime on the original, on the calibration samples, the user's inputs or
     random inputs the model accepts; raises AccuracyError (before anything is written) when
     outside the budget."""
-    from .accuracy import check_budget, measure
+    from .accuracy import check_budget, measure, under_default
 
     reference = input if fmt == "onnx" else load_model(input, check=False, infer_shapes=False)[0]
     samples, label = checked or _accuracy_samples(input, reference, samples, options)
@@ -322,6 +331,8 @@ def _check_accuracy(input, fmt: str, model: Model, samples, options: CompileOpti
         return
     acc = measure(reference, model, samples, label)
     report.quantization["accuracy"] = acc.to_dict()
+    if not options.accuracy.budget:
+        report.warnings += under_default(acc, options.quantize.mode)
     selection = report.quantization.get("selection")
     try:
         check_budget(acc, options.accuracy.budget)

@@ -52,7 +52,7 @@ class AccuracyOptions:
 
     calibration_data: str | None = None  # --calibration-data: folder of .npz samples
     budget: dict[str, float] = field(default_factory=dict)   # --accuracy-budget, e.g. {"cos": 0.99}
-    samples: int = 2                     # --accuracy-samples
+    samples: int = 16                    # --accuracy-samples
     auto_exclude: bool | None = None     # --auto-exclude (None: on when a budget is given)
 
     @property

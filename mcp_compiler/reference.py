@@ -35,6 +35,7 @@ class VerifyReport:
     reference: str = "onnxruntime"     # what ran the original
     layouts: dict[str, str] = field(default_factory=dict)   # interface values not in the original's layout
     inputs: dict = field(default_factory=dict)     # how the inputs were made (sizes, domains) or loaded
+    budget: dict[str, float] = field(default_factory=dict)   # a quantized model: judged by this, not atol/rtol
 
     @property
     def ok(self) -> bool:
@@ -51,13 +52,19 @@ class VerifyReport:
                 f"{nan[0].name!r} on every sample; nothing can be compared: give inputs it accepts "
                 "with --inputs")
         bad = [o for o in self.outputs if not o.ok]
+        if bad and self.budget:
+            o = min(bad, key=lambda x: x.cosine)
+            raise VerificationError(
+                f"{self.repository}: output {o.name!r} is outside the accuracy budget "
+                f"{', '.join(f'{k}={v:g}' for k, v in self.budget.items())} of the {self.quantization_level} model: "
+                f"worst sample's cosine {o.cosine:.6f}, max abs {o.max_abs:.3g} over {self.samples} samples "
+                "(--accuracy-budget sets the budget)")
         if bad:
             o = max(bad, key=lambda x: x.max_abs)
             raise VerificationError(
                 f"{self.repository}: output {o.name!r} differs from onnxruntime on the original: "
                 f"max abs {o.max_abs:.3g}, cosine {o.cosine:.6f} (atol {self.atol}, rtol {self.rtol})"
-                + (f"; the model is quantized ({self.quantization_level}): give --atol/--rtol that "
-                   "suit it, or see the conversion's accuracy report"
+                + (f"; the model is quantized ({self.quantization_level}): --accuracy-budget judges it"
                    if self.quantization_level not in ("", "none") else ""))
 
 
@@ -203,15 +210,28 @@ def _compare_all(report: VerifyReport, run, feeds: list[dict], names: list[str],
             b = np.asarray(b).transpose(0, 3, 1, 2) if name in nhwc else b
             stats.setdefault(name, []).append(compare(a, b, report.rtol, report.atol))
     for name, rows in stats.items():
+        ok = all(r[3] for r in rows)
+        if report.budget:   # a quantized model: the budget, not float32 tolerances (worst sample)
+            ok = all(r[0] != float("inf") and _within(report.budget, r) for r in rows)
         report.outputs.append(OutputCheck(
             name, max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
-            all(r[3] for r in rows), exercised=any(r[4] for r in rows), nonfinite=all(r[5] for r in rows)))
+            ok, exercised=any(r[4] for r in rows), nonfinite=all(r[5] for r in rows)))
 
 
-def verify_onnx(input: str | os.PathLike, emitted: str | os.PathLike, *, samples: int = 1,
+def _within(budget: dict[str, float], row: tuple) -> bool:
+    """One sample's (max abs, max rel, cosine, ...) within an --accuracy-budget (cos, max-abs, rel)."""
+    max_abs, max_rel, cos = row[0], row[1], row[2]
+    return (cos >= budget.get("cos", -1.0) and max_abs <= budget.get("max-abs", float("inf"))
+            and max_rel <= budget.get("rel", float("inf")))
+
+
+def verify_onnx(input: str | os.PathLike, emitted: str | os.PathLike, *, samples: int | None = None,
                 dims: dict[str, int] | None = None, rtol: float = 1e-3, atol: float = 1e-4,
-                seed: int = 0, inputs: str | os.PathLike | None = None) -> VerifyReport:
-    """The emitted ONNX file against the original, both run by onnxruntime."""
+                seed: int = 0, inputs: str | os.PathLike | None = None,
+                budget: dict[str, float] | None = None) -> VerifyReport:
+    """The emitted ONNX file against the original, both run by onnxruntime (a quantized one judged
+    by `budget` on 16 samples)."""
+    from .accuracy import SAMPLES
     from .files import check_regular_input
 
     check_regular_input(input)
@@ -222,5 +242,6 @@ def verify_onnx(input: str | os.PathLike, emitted: str | os.PathLike, *, samples
         sess = ort.InferenceSession(str(emitted), session_options(), providers=["CPUExecutionProvider"])
         return lambda feeds: sess.run(None, feeds)
 
-    report = VerifyReport(str(emitted), "onnxruntime", samples, dict(dims or {}), rtol, atol)
+    report = VerifyReport(str(emitted), "onnxruntime", samples or (SAMPLES if budget else 1), dict(dims or {}), rtol, atol)
+    report.budget = dict(budget or {})
     return compare_with_original(input, runner, report, seed=seed, inputs=inputs)

@@ -161,8 +161,10 @@ class Reporter:
         inp = r.inputs or {}
         how = (f", inputs from {inp['from']}" if "from" in inp else
                f", sizes {', '.join(f'{k}={v}' for k, v in inp['sizes'].items())}" if inp.get("sizes") else "")
+        judged = (f"{r.quantization_level} model judged by the budget {', '.join(f'{k}={v:g}' for k, v in r.budget.items())} "
+                  "(worst sample)" if getattr(r, "budget", None) else f"atol {r.atol}, rtol {r.rtol}")
         self.out.print(f"verify {r.repository} ({r.backend} backend, {r.samples} sample(s){how}, "
-                       f"atol {r.atol}, rtol {r.rtol}{ref}):", markup=False)
+                       f"{judged}{ref}):", markup=False)
         for note in inp.get("notes", []):
             self.out.print(f"  note: {note}", markup=False)
         for o in r.outputs:

@@ -90,7 +90,7 @@ BudgetOpt = _opt(None, "--accuracy-budget", panel=QUANT, metavar="KEY=V[,...]",
 AutoExclOpt = _opt(None, "--auto-exclude/--no-auto-exclude", panel=QUANT,
                    help="With --accuracy-budget (on by default then): when the budget fails, measure each "
                         "quantized layer's effect and keep the most sensitive in float until it holds.")
-AccSamplesOpt = _opt(2, "--accuracy-samples", panel=QUANT, help="Random input sets for the accuracy report "
+AccSamplesOpt = _opt(16, "--accuracy-samples", panel=QUANT, help="Random input sets for the accuracy report "
                      "(0: none).")
 
 BackendOpt = _opt("python", "--backend", panel=TGT, metavar="python|onnxruntime",

@@ -69,10 +69,29 @@ def candidates(g: Graph, opts: QuantizeOptions, decisions: Decisions) -> list[Ca
     return out
 
 
+def compressed(v) -> str | None:  # noqa: ANN001 - an ir Value
+    """What an already-compressed weight is, when the weight input is one: a constant behind
+    DequantizeLinear (int8/uint8/int4/fp8 QDQ weights), or a half-precision constant behind a
+    Cast, possibly through a Transpose/Reshape."""
+    seen = 0
+    while v is not None and v.const is None and v.producer is not None and seen < 4:
+        p = v.producer
+        src = p.inputs[0] if p.inputs else None
+        if p.op_type == "DequantizeLinear" and src is not None and isinstance(src.const, Tensor):
+            return f"{src.const.dtype.name.lower()} QDQ weights: already quantized"
+        if p.op_type == "Cast" and src is not None and isinstance(src.const, Tensor) \
+                and src.const.dtype in (DataType.FLOAT16, DataType.BFLOAT16):
+            return f"{src.const.dtype.name.lower()} weights: nothing to do"
+        if p.op_type not in ("Transpose", "Reshape", "Cast", "Identity"):
+            return None
+        v, seen = src, seen + 1
+    return None
+
+
 def _candidate(n: Node, opts: QuantizeOptions, decisions: Decisions) -> Candidate | None:
     wv = n.inputs[1] if len(n.inputs) > 1 else None
     if wv is None or not isinstance(wv.const, Tensor):
-        decisions.skip(n, "weight is not a constant", wv)
+        decisions.skip(n, compressed(wv) or "weight is not a constant", wv)
         return None
     pat = opts.excluded(n.name, wv.name)
     if pat:

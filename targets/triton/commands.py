@@ -174,7 +174,11 @@ def verify(
                                          help="The original model, the older way."),
     repository: Optional[Path] = typer.Option(None, "--repository", "-r", hidden=True,
                                               help="The entry, the older way."),
-    samples: int = typer.Option(1, "--samples", min=1, max=10_000, help="Random input sets to compare (at most 10,000)."),
+    samples: Optional[int] = typer.Option(None, "--samples", min=1, max=10_000, help="Random input sets to compare "
+                                          "(default 1; 16 for a quantized entry; at most 10,000)."),
+    budget: Optional[str] = typer.Option(None, "--accuracy-budget", metavar="cos=0.99[,max-abs=X,rel=Y]",
+                                         help="Judge a quantized entry by this (default: its level's: cos 0.999 "
+                                              "fp16/bf16, 0.99 fp8, 0.98 int4) instead of --rtol/--atol."),
     dims: Optional[str] = typer.Option(None, "--dims", metavar="NAME=SIZE[,...]", help="Symbol sizes, e.g. "
                                        "batch=2,H=64 (default: sizes the model's ops accept, found from its shapes)."),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help="Compare on your own inputs: an .npz "
@@ -203,8 +207,13 @@ def verify(
         if where is None:
             raise UsageError("missing ENTRY: the emitted DIR/NAME to compare (e.g. `mcp-cli verify "
                              "model.onnx model_repository/model`)")
+        from mcp_compiler.accuracy import parse_budget
+
+        judge = parse_budget(budget)
+        if "top1" in judge:
+            raise UsageError("--accuracy-budget: verify judges cos, max-abs and rel (top1 is the conversion's report)")
         r = run_verify(original, where, samples=samples, dims=parse_dims(dims), rtol=rtol, atol=atol,
-                       inputs=inputs)
+                       inputs=inputs, budget=judge or None)
         rep.verified(r)
         r.raise_if_failed()
 

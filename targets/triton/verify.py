@@ -36,18 +36,22 @@ def _latest_version(model_dir: Path) -> Path:
     return versions[-1][1]
 
 
-def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: int = 1,
+def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: int | None = None,
            dims: dict[str, int] | None = None, rtol: float = 1e-3, atol: float = 1e-4,
-           seed: int = 0, inputs: str | os.PathLike | None = None) -> VerifyReport:
+           seed: int = 0, inputs: str | os.PathLike | None = None,
+           budget: dict[str, float] | None = None) -> VerifyReport:
     """Compare the repository entry's outputs with onnxruntime on `input`.
 
     `repository` is DIR/NAME. The inputs are the user's (`inputs`: an .npz or a folder of them)
     or made by mcp_compiler.inputs from the model's contracts (`dims` fixes symbol sizes),
-    probed on the original first.
+    probed on the original first. A quantized entry (its config's quantization_level) is judged
+    by `budget` (default: its level's, accuracy.DEFAULT_BUDGETS) on 16 samples unless `samples`
+    says otherwise; a float one by rtol/atol on 1.
     """
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
+    from mcp_compiler.accuracy import SAMPLES, default_budget
     from mcp_compiler.files import check_regular_input
 
     check_regular_input(input)
@@ -62,9 +66,11 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     _check_same_interface(Path(input), cfg, model_dir)
     vdir = _latest_version(model_dir)
     backend = cfg.backend or "onnxruntime"
-    report = VerifyReport(str(model_dir), backend, samples, dict(dims or {}), rtol, atol)
-    if "quantization_level" in cfg.parameters:
-        report.quantization_level = cfg.parameters["quantization_level"].string_value
+    level = cfg.parameters["quantization_level"].string_value if "quantization_level" in cfg.parameters else "none"
+    judged = budget or default_budget(level)
+    report = VerifyReport(str(model_dir), backend, samples or (SAMPLES if judged else 1), dict(dims or {}), rtol, atol)
+    report.quantization_level = level
+    report.budget = dict(judged)
     # the interface's layout contract: NHWC values are the NCHW original's, transposed
     report.layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
     return compare_with_original(input, lambda: _emitted_runner(backend, vdir), report, seed=seed, inputs=inputs)
