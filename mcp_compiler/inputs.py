@@ -124,7 +124,7 @@ def plan(model: Model, dims: dict[str, int] | None = None, *, fold: bool = True,
                          + "; give sizes with --dims")
     p.sizes = dict(p._order[0])
     for v in interface(model):
-        p._values[v.name], p.domains[v.name] = _domain(v)
+        p._values[v.name], p.domains[v.name] = _domain(v, inf.shapes, set(symbols))
     p.shapes = shapes
     return p
 
@@ -232,8 +232,23 @@ def _const(v: Value | None) -> np.ndarray | None:
     return None
 
 
-def _domain(v: Value) -> tuple[tuple, str]:
-    """How the input's values are drawn, and why (for the report)."""
+def _indexed(n, data: Value | None, axis: int, inferred: dict, symbols: set[str]):  # noqa: ANN001, ANN202
+    """The size of `data`'s `axis` as inference knows it: an int, a symbol of the interface (the
+    index is then bounded by whatever size the plan picks for it), or None."""
+    if data is None:
+        return None
+    shape = (tuple(data.const.dims) if data.const is not None else inferred.get(id(data))
+             or (data.type.shape if isinstance(data.type, TensorType) else None))
+    if not shape or not -len(shape) <= axis < len(shape):
+        return None
+    d = shape[axis]
+    return d if isinstance(d, int) or (isinstance(d, str) and d in symbols) else None
+
+
+def _domain(v: Value, inferred: dict | None = None, symbols: set[str] | None = None) -> tuple[tuple, str]:
+    """How the input's values are drawn, and why (for the report). An index input is drawn below
+    the size of the axis it indexes, a symbol's size included."""
+    inferred, symbols = inferred or {}, symbols or set()
     t = v.type
     dt = DataType(t.elem_type)
     if dt == DataType.UNDEFINED:
@@ -250,13 +265,19 @@ def _domain(v: Value) -> tuple[tuple, str]:
                 continue
             seen.add(id(n))
             op = n.op_type if n.is_onnx() else ""
-            if op in ("Gather", "GatherElements") and i == 1:
-                data = n.inputs[0]
-                shape = (tuple(data.const.dims) if data is not None and data.const is not None
-                         else data.type.shape if data is not None and isinstance(data.type, TensorType) else None)
+            if op in ("Gather", "GatherElements", "ScatterElements") and i == 1:
                 axis = n.attributes["axis"].value if "axis" in n.attributes else 0
-                if shape and -len(shape) <= axis < len(shape) and isinstance(shape[axis], int):
-                    bounds.append((shape[axis], f"{op} {n.name!r} indexes {shape[axis]} rows"))
+                size = _indexed(n, n.inputs[0], axis, inferred, symbols)
+                if size is not None:
+                    bounds.append((size, f"{op} {n.name!r} indexes {size} rows"))
+            elif op in ("GatherND", "ScatterND") and i == 1:
+                b = n.attributes["batch_dims"].value if "batch_dims" in n.attributes else 0
+                k = x.type.shape[-1] if isinstance(x.type, TensorType) and x.type.shape else None
+                sizes = [_indexed(n, n.inputs[0], a, inferred, symbols) for a in range(b, b + k)] if isinstance(k, int) else []
+                if sizes and all(s is not None for s in sizes):
+                    ints = [s for s in sizes if isinstance(s, int)]
+                    size = min(ints) if ints else sizes[0]
+                    bounds.append((size, f"{op} {n.name!r} indexes dims of {', '.join(map(str, sizes))}"))
             elif op == "OneHot" and i == 0:
                 depth = _const(n.inputs[1])
                 if depth is not None and depth.size == 1:
@@ -276,7 +297,8 @@ def _domain(v: Value) -> tuple[tuple, str]:
     if boolish:
         return ("choice", (0, 1)), "used as a condition: 0/1"
     if bounds and integer:
-        hi, why = min(bounds)
+        fixed = [b for b in bounds if isinstance(b[0], int)]
+        hi, why = min(fixed) if fixed else bounds[0]   # a symbol's bound: the size the plan picks for it
         return ("range", 0, hi), f"indices below {hi} ({why})"
     if integer:
         return ("range", 0, 3), "integers in [0, 3) (the default)"
@@ -298,7 +320,10 @@ def make(model: Model, p: InputPlan, rng: np.random.Generator, *, sizes: dict[st
         if size > limit:
             raise UsageError(f"input {v.name!r} at shape {shape} would be {size} bytes, over the "
                              f"{limit >> 20} MiB limit for generated inputs; give smaller sizes with {flag}")
-        feeds[v.name] = _draw(dt, shape, p._values[v.name], rng, v.name, p.floats)
+        how = p._values[v.name]
+        if how[0] == "range" and isinstance(how[2], str):   # below a symbol's size, as chosen now
+            how = ("range", how[1], max(1, sizes.get(how[2], 1)))
+        feeds[v.name] = _draw(dt, shape, how, rng, v.name, p.floats)
     return feeds
 
 

@@ -235,3 +235,58 @@ def test_rank0_inputs_are_0d_arrays_of_every_dtype():
                     continue
                 a = _draw(dt, [], how, rng, "x", floats)
                 assert isinstance(a, np.ndarray) and a.shape == () and a.dtype == dt.numpy_dtype, (dt, how, type(a))
+
+
+F = TensorProto.FLOAT
+
+
+def _save(tmp_path, name, nodes, inputs, outputs, inits=()):
+    import onnx
+
+    m = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, list(inits)),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    p = tmp_path / f"{name}.onnx"
+    onnx.save(m, p)
+    return p
+
+
+def test_recurrent_input_size_comes_from_the_weights(tmp_path):
+    """Issue 30 #2: [d0, d1] into a bidirectional GRU: d1 must be W's last dim (12), which only the
+    weights say; verify without --dims passes."""
+    rng = np.random.default_rng(0)
+    hidden, size = 8, 12
+    inits = [numpy_helper.from_array(rng.standard_normal((2, 3 * hidden, size)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal((2, 3 * hidden, hidden)).astype(np.float32), "R"),
+             numpy_helper.from_array(np.array([1], np.int64), "ax")]
+    nodes = [helper.make_node("Unsqueeze", ["x", "ax"], ["x3"]),
+             helper.make_node("GRU", ["x3", "W", "R"], ["y", "yh"], hidden_size=hidden, direction="bidirectional")]
+    path = _save(tmp_path, "bigru", nodes, [helper.make_tensor_value_info("x", F, ["input_dim_0", "input_dim_1"])],
+                 [helper.make_tensor_value_info("yh", F, [2, 1, hidden])], inits)
+    from mcp_compiler.frontend import load_onnx
+    from mcp_compiler.inputs import plan
+
+    p = plan(load_onnx(path).model)
+    assert p.sizes["input_dim_1"] == size, p.sizes
+    repo = tmp_path / "repo"
+    r = _cli("convert", str(path), "-t", "triton-v1.12", "-o", str(repo), "--name", "g", "--verify")
+    assert r.returncode == 0, r.stderr
+
+
+def test_index_inputs_stay_below_a_symbolic_dim(tmp_path):
+    """Issue 30 #3: indices into a [num_nodes, 4] input are drawn below the size chosen for
+    num_nodes, whatever it is (was: [0, 3) into 2 rows)."""
+    nodes = [helper.make_node("Gather", ["x", "edges"], ["g"], axis=0), helper.make_node("Relu", ["g"], ["y"])]
+    path = _save(tmp_path, "gnn", nodes, [helper.make_tensor_value_info("x", F, ["num_nodes", 4]),
+                                          helper.make_tensor_value_info("edges", TensorProto.INT64, ["num_edges"])],
+                 [helper.make_tensor_value_info("y", F, ["num_edges", 4])])
+    from mcp_compiler.frontend import load_onnx
+    from mcp_compiler.inputs import make, plan
+
+    model = load_onnx(path).model
+    p = plan(model)
+    assert "indices below num_nodes" in p.domains["edges"], p.domains
+    for n in (1, 2, 5):
+        feeds = make(model, p, np.random.default_rng(n), sizes={**p.sizes, "num_nodes": n, "num_edges": 50})
+        assert feeds["edges"].max() < n
+    r = _cli("convert", str(path), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--name", "g", "--verify")
+    assert r.returncode == 0, r.stderr

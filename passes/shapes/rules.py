@@ -500,6 +500,16 @@ def rnn(site: Site) -> list:
     if x is None or len(x) != 3 or hidden is None:
         return [None] * len(site.node.outputs)
     dirs = 2 if site.attr("direction", "forward") == "bidirectional" else 1
+    # X's feature dim is W's last ([dirs, gates x hidden, input_size]): a model whose input is
+    # [d0, d1] into the RNN takes only d1 = input_size (the size is in its weights alone)
+    w = site.shape(1) if site.has(1) else None
+    if w is not None and len(w) == 3:
+        site.facts.unify(site, [x[2], w[2]], "input size (W's last dim)")
+    batch_at = 0 if site.attr("layout", 0) == 1 else 1
+    for i, name in ((5, "initial_h"), (6, "initial_c")):   # [dirs, batch, hidden] (layout 1: [batch, dirs, hidden])
+        h = site.shape(i) if site.has(i) and i < len(site.node.inputs) else None
+        if h is not None and len(h) == 3:
+            site.facts.unify(site, [x[batch_at], h[0 if batch_at == 0 else 1]], f"{name}'s batch")
     if site.attr("layout", 0) == 1:
         batch, seq = x[0], x[1]
         return [(batch, seq, dirs, hidden), (batch, dirs, hidden), (batch, dirs, hidden)][:len(site.node.outputs)]
