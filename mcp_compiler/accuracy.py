@@ -47,6 +47,7 @@ class AccuracyReport:
     outputs: list[OutputAccuracy] = field(default_factory=list)
     budget: dict[str, float] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
+    pinned_random: int = 0    # random nodes seeded alike in both models for the measurement
 
     @property
     def ok(self) -> bool:
@@ -138,18 +139,27 @@ def measure(reference, model: Model, samples: list[dict[str, np.ndarray]], label
     """Run `reference` (a path to the original ONNX, or an IR Model) and `model` on each sample."""
     import onnxruntime as ort
 
+    from .noise import pin_ir, pinned_onnx_session, unpin_ir
     from .reference import run_original
     from .session import create_session, quiet_options
 
     so = quiet_options()
-    if isinstance(reference, Model):
-        ref = create_session(reference, so)
-    else:
-        ref = ort.InferenceSession(str(reference), so, providers=["CPUExecutionProvider"])
-    quant = create_session(model, so)
+    # a stochastic model: the same noise in both for the measurement (the model is put back after)
+    undo = pin_ir(model)
+    try:
+        if isinstance(reference, Model):
+            ref_undo = pin_ir(reference) if undo else []
+            ref = create_session(reference, so)
+            unpin_ir(ref_undo)
+        else:
+            ref = (pinned_onnx_session(reference, so)[0] if undo else None) or \
+                ort.InferenceSession(str(reference), so, providers=["CPUExecutionProvider"])
+        quant = create_session(model, so)
+    finally:
+        unpin_ir(undo)
     names, want_all = run_original(ref, samples)
     got_all = [quant.run(names, feeds) for feeds in samples]
-    report = AccuracyReport(label, len(samples))
+    report = AccuracyReport(label, len(samples), pinned_random=len(undo))
     for i, name in enumerate(names):
         a = [w[i] for w in want_all]
         b = [g[i] for g in got_all]

@@ -13,6 +13,8 @@
           pypi: {package: rapidocr-onnxruntime, version: 1.4.4,
                  path: rapidocr_onnxruntime/models/rec.onnx, sha256: 48fc...}
         serving: {dynamic_batch: false}
+        dims: {batch: 1, T: 400}                # symbol sizes for --verify (also `verify_dims:`)
+        inputs: samples/rec.npz                 # or --verify's own inputs (.npz or a folder of them)
 
 Unknown keys and values of the wrong type are errors that name the file and line.
 """
@@ -48,13 +50,15 @@ class ZooModel:
     target: str = "triton-v1.12"
     backend: str = "python"
     serving: dict[str, Any] = field(default_factory=dict)
-    verify_dims: dict[str, int] = field(default_factory=dict)
+    verify_dims: dict[str, int] = field(default_factory=dict)   # `dims:` (or `verify_dims:`): symbol sizes
+    inputs: Path | None = None        # `inputs:`: an .npz or a folder of them, for --verify
     line: int = 0
 
     def options_key(self) -> str:
         """The options as canonical JSON: part of the cache key."""
         return json.dumps({"target": self.target, "backend": self.backend, "serving": self.serving,
-                           "verify_dims": self.verify_dims, "name": self.name}, sort_keys=True)
+                           "verify_dims": self.verify_dims, "inputs": str(self.inputs or ""), "name": self.name},
+                          sort_keys=True)
 
 
 @dataclass
@@ -120,8 +124,9 @@ class _Checker:
         return value
 
 
-_MODEL_KEYS = {"name": str, "source": dict, "target": str, "backend": str, "serving": dict, "verify_dims": dict}
-_DEFAULT_KEYS = {k: v for k, v in _MODEL_KEYS.items() if k not in ("name", "source")}
+_MODEL_KEYS = {"name": str, "source": dict, "target": str, "backend": str, "serving": dict, "verify_dims": dict,
+               "dims": dict, "inputs": str}
+_DEFAULT_KEYS = {k: v for k, v in _MODEL_KEYS.items() if k not in ("name", "source", "inputs")}
 
 
 def load_manifest(path: str | Path, *, allow_outside_paths: bool = False) -> Manifest:
@@ -177,16 +182,26 @@ def _manifest(path: Path, root: Any, c: _Checker) -> Manifest:
         source = _source(c, fields_["source"][1], path.parent, name)
         m = ZooModel(name, source, line=mn.start_mark.line + 1)
         for key in _DEFAULT_KEYS:
+            if key == "dims":
+                continue
             if key in fields_:
                 value = c.scalar(fields_[key][1], f"{name}.{key}", _DEFAULT_KEYS[key])
                 if key == "serving":
                     _check_serving(c, fields_[key][1], value, f"{name}.serving", target)
                     value = {**defaults.get("serving", {}), **value}
                 elif key == "verify_dims":
-                    value = {**defaults.get("verify_dims", {}), **value}
+                    value = {**defaults.get("verify_dims", {}), **_dims(c, fields_[key][1], value, f"{name}.{key}")}
             else:
                 value = defaults.get(key, getattr(m, key))
             setattr(m, key, value)
+        # `dims:` is the same as `verify_dims:` (the sizes verify and the accuracy report use)
+        dims = {**_dims(c, top["defaults"][1], defaults.get("dims", {}), "defaults.dims")} if "defaults" in top else {}
+        if "dims" in fields_:
+            dims.update(_dims(c, fields_["dims"][1], c.scalar(fields_["dims"][1], f"{name}.dims", dict), f"{name}.dims"))
+        m.verify_dims = {**m.verify_dims, **dims}
+        if "inputs" in fields_:
+            m.inputs = _inside(c, fields_["inputs"][1], c.scalar(fields_["inputs"][1], f"{name}.inputs", str),
+                               path.parent, f"{name}.inputs")
         models.append(m)
     return Manifest(path, models)
 
@@ -200,18 +215,31 @@ def _check_serving(c: _Checker, node: Any, value: dict, what: str, target) -> No
             raise c.fail(node, f"{what}.{k} {err}")
 
 
+def _dims(c: _Checker, node: Any, value: dict, what: str) -> dict[str, int]:
+    """Symbol sizes: names to whole numbers 1..2**31-1."""
+    for k, v in value.items():
+        if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 2**31 - 1:
+            raise c.fail(node, f"{what}: expected symbol: size (a whole number from 1), got {k!r}: {v!r}")
+    return dict(value)
+
+
+def _inside(c: _Checker, node: Any, text: str, base: Path, what: str) -> Path:
+    """A path of the manifest, inside its folder (unless --allow-outside-paths)."""
+    p = Path(text)
+    p = p if p.is_absolute() else (base / p)
+    real, root = Path(os.path.realpath(p)), Path(os.path.realpath(base))
+    if not c.allow_outside_paths and root not in real.parents:
+        raise c.fail(node, f"{what} {p} is outside the manifest's folder {root} (--allow-outside-paths permits it)")
+    return p
+
+
 def _source(c: _Checker, node: Any, base: Path, name: str) -> Source:
     fields_ = c.mapping(node, f"{name}.source", {"path": str, "pypi": dict})
     if len(fields_) != 1:
         raise c.fail(node, f"{name}.source needs exactly one of path, pypi")
     if "path" in fields_:
-        p = Path(c.scalar(fields_["path"][1], f"{name}.source.path", str))
-        p = p if p.is_absolute() else (base / p)
-        real, root = Path(os.path.realpath(p)), Path(os.path.realpath(base))
-        if not c.allow_outside_paths and root not in real.parents:
-            raise c.fail(fields_["path"][1], f"{name}.source.path {p} is outside the manifest's folder "
-                                             f"{root} (--allow-outside-paths permits it)")
-        return Source(path=p)
+        return Source(path=_inside(c, fields_["path"][1], c.scalar(fields_["path"][1], f"{name}.source.path", str),
+                                   base, f"{name}.source.path"))
     keys = {"package": str, "version": str, "path": str, "sha256": str}
     pf = c.mapping(fields_["pypi"][1], f"{name}.source.pypi", keys)
     missing = [k for k in keys if k not in pf]

@@ -36,6 +36,7 @@ class VerifyReport:
     layouts: dict[str, str] = field(default_factory=dict)   # interface values not in the original's layout
     inputs: dict = field(default_factory=dict)     # how the inputs were made (sizes, domains) or loaded
     budget: dict[str, float] = field(default_factory=dict)   # a quantized model: judged by this, not atol/rtol
+    pinned_random: int = 0     # random nodes seeded alike in both models for the check (noise.py)
 
     @property
     def ok(self) -> bool:
@@ -179,6 +180,7 @@ def compare_with_original(input: str | os.PathLike, emitted, report: VerifyRepor
     from functools import partial
 
     from .frontend import load_onnx
+    from .noise import pinned_onnx_session, random_ops_in_onnx
 
     model = load_onnx(input, check=False, infer_shapes=False).model
     # One model in memory at a time (the original's outputs are kept, not its session), and no
@@ -194,10 +196,15 @@ def compare_with_original(input: str | os.PathLike, emitted, report: VerifyRepor
     else:
         feeds, report.inputs = sample_inputs(model, report.dims, report.samples, seed, run=partial(original.run, None))
     report.samples = len(feeds)
-    names, wants = run_original(original, feeds)
-    model = original = None   # released before the emitted model is loaded
+    pinned = None
+    if random_ops_in_onnx(input):
+        # a stochastic model: the same noise in both, for the check only (the served one keeps it);
+        # a fresh session, so that its generators start where the emitted model's will
+        pinned, report.pinned_random = pinned_onnx_session(input, session_options())
+    names, wants = run_original(pinned or original, feeds)
+    model = original = pinned = None   # released before the emitted model is loaded
     gc.collect()
-    _compare_all(report, emitted(), feeds, names, wants)
+    _compare_all(report, emitted(pin=True) if report.pinned_random else emitted(), feeds, names, wants)
     return report
 
 
@@ -236,10 +243,13 @@ def verify_onnx(input: str | os.PathLike, emitted: str | os.PathLike, *, samples
 
     check_regular_input(input)
 
-    def runner():  # noqa: ANN202
+    def runner(pin: bool = False):  # noqa: ANN202
         import onnxruntime as ort
 
-        sess = ort.InferenceSession(str(emitted), session_options(), providers=["CPUExecutionProvider"])
+        from .noise import pinned_onnx_session
+
+        sess = pinned_onnx_session(emitted, session_options())[0] if pin else None
+        sess = sess or ort.InferenceSession(str(emitted), session_options(), providers=["CPUExecutionProvider"])
         return lambda feeds: sess.run(None, feeds)
 
     report = VerifyReport(str(emitted), "onnxruntime", samples or (SAMPLES if budget else 1), dict(dims or {}), rtol, atol)

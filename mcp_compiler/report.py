@@ -165,6 +165,9 @@ class Reporter:
                   "(worst sample)" if getattr(r, "budget", None) else f"atol {r.atol}, rtol {r.rtol}")
         self.out.print(f"verify {r.repository} ({r.backend} backend, {r.samples} sample(s){how}, "
                        f"{judged}{ref}):", markup=False)
+        if getattr(r, "pinned_random", 0):
+            self.out.print(f"  note: the model is stochastic: its {r.pinned_random} random node(s) were seeded alike in "
+                           "both models for this check (the served model keeps its randomness)", markup=False)
         for note in inp.get("notes", []):
             self.out.print(f"  note: {note}", markup=False)
         for o in r.outputs:

@@ -173,7 +173,8 @@ def convert_one(zm: ZooModel, cache: Path, verify: bool, model_file: Path, key: 
         try:
             follow_umask(staging, directory=True)  # mkdtemp makes 0700
             options = CompileOptions(target=TargetChoice(zm.target, zm.name, zm.backend),
-                                     checks=CheckOptions(verify=verify, dims=zm.verify_dims if verify else {}))
+                                     checks=CheckOptions(verify=verify, dims=zm.verify_dims if verify else {},
+                                                         inputs=str(zm.inputs) if verify and zm.inputs else None))
             target = get_target(zm.target)
             options = options.with_target_settings(target, {}, zm.serving, f"the manifest's entry {zm.name!r}")
             out = staging

@@ -290,3 +290,29 @@ def test_index_inputs_stay_below_a_symbolic_dim(tmp_path):
         assert feeds["edges"].max() < n
     r = _cli("convert", str(path), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--name", "g", "--verify")
     assert r.returncode == 0, r.stderr
+
+
+def test_stochastic_model_verified_with_the_noise_pinned(tmp_path):
+    """Issue 30 #4: RandomNormalLike in the model: verify and the fp16 accuracy report seed the random
+    nodes alike in both models for the check (was: cosine 0.7, 'differs'), say so, and the served
+    model keeps its randomness (no seed in the entry)."""
+    nodes = [helper.make_node("RandomNormalLike", ["x"], ["n"], scale=1.0), helper.make_node("Add", ["x", "n"], ["y"]),
+             helper.make_node("MatMul", ["y", "w"], ["z"])]
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
+    path = _save(tmp_path, "rand", nodes, [helper.make_tensor_value_info("x", F, ["N", 8])],
+                 [helper.make_tensor_value_info("z", F, ["N", 8])], [w])
+    r = _cli("convert", str(path), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--verify", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["verification"]["pinned_random"] == 1 and out["verification"]["outputs"][0]["max_abs"] == 0
+    from mcp_compiler.mcpir import read_mcpir
+
+    served = read_mcpir(tmp_path / "repo" / "rand" / "1" / "model.mcpir")
+    assert not any("seed" in n.attributes for n in served.graph.nodes if n.op_type == "RandomNormalLike")
+    r = _cli("convert", str(path), "-t", "triton-v1.12", "-o", str(tmp_path / "q"), "--quantize", "fp16",
+             "--quantize-min-elements", "16", "--verify", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    acc = json.loads(r.stdout)["quantization"]["accuracy"]
+    assert acc["pinned_random"] == 1 and acc["outputs"][0]["cosine"] > 0.999, acc
+    served = read_mcpir(tmp_path / "q" / "rand" / "1" / "model.mcpir")
+    assert not any("seed" in n.attributes for n in served.graph.nodes if n.op_type == "RandomNormalLike")

@@ -189,3 +189,26 @@ def test_concurrent_fetches_into_one_empty_cache(tmp_path):
     assert [rc for _, _, rc in results] == [0, 0, 0], [err for _, err, _ in results]
     assert len({out for out, _, _ in results}) == 1
     assert [p.name for p in (tmp_path / "cache" / "wheels").iterdir()] == ["rapidocr-onnxruntime-1.4.4"]
+
+
+def test_manifest_dims_and_inputs_keys(tmp_path):
+    """Issue 30: a manifest entry gives symbol sizes (`dims:`) and its own inputs (`inputs:`, inside
+    the manifest's folder) for --verify; both are checked."""
+    import numpy as np
+
+    (tmp_path / "m").mkdir()
+    shutil.copyfile(GOLDEN / "mlp" / "model.onnx", tmp_path / "m" / "mlp.onnx")
+    np.savez(tmp_path / "m" / "x.npz", x=np.ones((5, 16), np.float32))
+    man = _manifest(tmp_path / "m", "models:\n  - name: a\n    source: {path: mlp.onnx}\n    dims: {N: 3}\n"
+                                    "  - name: b\n    source: {path: mlp.onnx}\n    inputs: x.npz\n")
+    from mcp_compiler.manifest import load_manifest
+
+    a, b = load_manifest(man).models
+    assert a.verify_dims == {"N": 3} and b.inputs == tmp_path / "m" / "x.npz"
+    r = _zoo(str(man), "-o", str(tmp_path / "repo"), "--cache", str(tmp_path / "cache"), "--verify", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for text, expect in (("    dims: {N: 0}\n", "a.dims: expected symbol: size"),
+                         ("    inputs: ../x.npz\n", "a.inputs"), ("    dims: {N: yes}\n", "a.dims")):
+        bad = _manifest(tmp_path / "m", "models:\n  - name: a\n    source: {path: mlp.onnx}\n" + text)
+        r = _zoo(str(bad), "-o", str(tmp_path / "repo2"), "--cache", str(tmp_path / "cache"))
+        assert r.returncode == 2 and expect in r.stderr, r.stderr

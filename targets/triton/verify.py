@@ -73,7 +73,8 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     report.budget = dict(judged)
     # the interface's layout contract: NHWC values are the NCHW original's, transposed
     report.layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
-    return compare_with_original(input, lambda: _emitted_runner(backend, vdir), report, seed=seed, inputs=inputs)
+    return compare_with_original(input, lambda pin=False: _emitted_runner(backend, vdir, pin), report, seed=seed,
+                                 inputs=inputs)
 
 
 def _check_same_interface(original: Path, cfg, entry: Path) -> None:  # noqa: ANN001 - ModelConfig
@@ -103,7 +104,24 @@ def _check_same_interface(original: Path, cfg, entry: Path) -> None:  # noqa: AN
                          "(was the entry converted from another model?)")
 
 
-def _emitted_runner(backend: str, vdir: Path):  # noqa: ANN202 - feeds -> outputs
+def _emitted_runner(backend: str, vdir: Path, pin: bool = False):  # noqa: ANN202 - feeds -> outputs
+    """The entry's model as its serving runtime runs it; with `pin`, its random nodes seeded as the
+    original's are (mcp_compiler.noise: the check only), through the same lowering in-process."""
+    if pin and backend == "python":
+        from mcp_compiler.mcpir import read_mcpir
+        from mcp_compiler.noise import pin_ir
+        from mcp_compiler.session import create_session
+
+        model = read_mcpir(vdir / "model.mcpir")
+        pin_ir(model)
+        sess = create_session(model, session_options(), prepack=False)
+        return lambda feeds: sess.run(None, feeds)
+    if pin:
+        from mcp_compiler.noise import pinned_onnx_session
+
+        sess = pinned_onnx_session(vdir / "model.onnx", session_options())[0]
+        if sess is not None:
+            return lambda feeds: sess.run(None, feeds)
     if backend == "python":
         emitted = load_runtime(vdir).MCPIRModel(vdir / "model.mcpir", options=session_options(), prepack=False)
         return emitted.run
