@@ -588,6 +588,9 @@ SHAPE_RULES: dict[str, Callable[[Site], list]] = {
     "DepthToSpace": space_depth, "SpaceToDepth": space_depth,
     "LayerNormalization": layer_norm,
     "LSTM": rnn, "GRU": rnn, "RNN": rnn, "com.microsoft.DynamicQuantizeLSTM": rnn,
+    # onnxruntime's dynamic quantization: the activation quantized per call, its scale and zero point scalars
+    "DynamicQuantizeLinear": lambda site: [site.shape(0), (), ()],
+    "com.microsoft.DynamicQuantizeMatMul": matmul, "com.microsoft.MatMulIntegerToFloat": matmul,
     "Shape": shape_of, "Size": lambda site: [()], "ConstantOfShape": constant_of_shape,
     "Range": range_, "Constant": constant, "NonZero": lambda site: [(site.rank(), None) if site.rank() is not None else None],
 }
@@ -644,6 +647,46 @@ def _int_cast(site: Site) -> tuple | None:
     return site.values[0] if to in (6, 7) else None   # INT32, INT64
 
 
+def _v_constant_of_shape(site: Site) -> tuple | None:
+    """A 1-D ConstantOfShape of known length filled with an integer (the ones torch's expand
+    compares its target with)."""
+    n = site.values[0]
+    if n is None or len(n) != 1 or not isinstance(n[0], int) or not 0 <= n[0] <= 64:
+        return None
+    t = site.attr("value")
+    fill = initial_values(None, t) if t is not None else (0,)
+    return None if fill is None or len(fill) != 1 else fill * n[0]
+
+
+def _v_equal(site: Site) -> tuple | None:
+    """1/0 per element where it is known: equal ints, or a dim (>= 0) against a negative constant."""
+    a, b = site.values[0], site.values[1] if len(site.values) > 1 else None
+    if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
+        return None
+    n = max(len(a), len(b))
+    a, b = (a * n if len(a) == 1 else a), (b * n if len(b) == 1 else b)
+    out = []
+    for x, y in zip(a, b):
+        if isinstance(x, int) and isinstance(y, int):
+            out.append(int(x == y))
+        elif (isinstance(x, int) and x < 0) or (isinstance(y, int) and y < 0):
+            out.append(0)   # a dim is never negative
+        else:
+            return None
+    return tuple(out)
+
+
+def _v_where(site: Site) -> tuple | None:
+    c, a, b = (site.values[i] if i < len(site.values) else None for i in range(3))
+    if c is None or a is None or b is None or not all(isinstance(x, int) for x in c):
+        return None
+    n = max(len(c), len(a), len(b))
+    if any(len(v) not in (1, n) for v in (c, a, b)):
+        return None
+    c, a, b = (v * n if len(v) == 1 else v for v in (c, a, b))
+    return tuple(x if k else y for k, x, y in zip(c, a, b))
+
+
 def _v_constant(site: Site) -> tuple | None:
     attrs = site.node.attributes
     if "value_int" in attrs:
@@ -662,6 +705,7 @@ VALUE_RULES: dict[str, Callable[[Site], tuple | None]] = {
     "Identity": lambda site: site.values[0], "Cast": _int_cast, "Reshape": lambda site: site.values[0],
     "Add": _v_arith(A.add), "Sub": _v_arith(A.sub), "Mul": _v_arith(A.mul), "Div": _v_arith(A.floor_div),
     "Max": _v_arith(A.dmax), "Min": _v_arith(A.dmin),
+    "ConstantOfShape": _v_constant_of_shape, "Equal": _v_equal, "Where": _v_where,
 }
 
 

@@ -79,6 +79,37 @@ class Inference:
         # a graph output's contract is what the model returns: where inference proves the declared
         # shape wrong, the inferred one wins (Triton would otherwise reject every response)
         self.outputs = {id(v) for v in g.outputs}
+        self.preset: dict[int, Shape | None] = {}   # a body's inputs, as the node around it feeds them
+
+    def _loop(self, site: Site) -> list:
+        """Loop: the body inferred from the shapes the node feeds it. A loop-carried output has its
+        initial value's shape where the body gives it back unchanged (dims that change are left
+        unknown); a scan output is [trip count, *its per-iteration shape]."""
+        n = site.node
+        body = n.attributes["body"].value
+        ins, outs = body.inputs, body.outputs
+        carried = list(n.inputs[2:])
+        if len(ins) != 2 + len(carried) or len(outs) < 1 + len(carried):
+            return [None] * len(n.outputs)
+        inner = Inference(body, self.opset, self.taken, outer=self)
+        inner.preset = {id(ins[0]): (), id(ins[1]): ()}
+        for b, v in zip(ins[2:], carried):
+            inner.preset[id(b)] = self.shapes.get(id(v)) if v is not None else None
+        inner.run()
+        self.facts.requires += inner.facts.requires
+        result = []
+        for i, b in enumerate(ins[2:]):
+            before, after = inner.preset.get(id(b)), inner.shapes.get(id(outs[1 + i]))
+            if before is None or after is None or len(before) != len(after):
+                result.append(None)
+            else:
+                result.append(tuple(x if x == y else None for x, y in zip(before, after)))
+        trip = site.values[0][0] if site.has(0) and site.values[0] and len(site.values[0]) == 1 else None
+        trip = trip if isinstance(trip, int) and 0 <= trip < 2**31 else None
+        for o in outs[1 + len(carried):]:
+            s = inner.shapes.get(id(o))
+            result.append(None if s is None else (trip, *s))
+        return result
 
     def symbol(self, base: str) -> str:
         name = "".join(c if c.isalnum() or c == "_" else "_" for c in base) or "d"
@@ -96,7 +127,8 @@ class Inference:
     def run(self) -> None:
         for v in self.g.inputs:
             if v.const is None:
-                self.shapes[id(v)] = self.merge(v, None, free=True)
+                self.shapes[id(v)] = (self.preset[id(v)] if self.preset.get(id(v)) is not None
+                                      else self.merge(v, None, free=True))
         for v in [*self.g.initializers.values(), *self.g.sparse_initializers.values()]:
             self.shapes[id(v)] = tuple(v.const.dims)
             vals = initial_values(v.type, v.const) if v.name in self.g.initializers else None
@@ -110,6 +142,8 @@ class Inference:
         site = Site(n, [None if v is None else self.shapes.get(id(v)) for v in n.inputs],
                     [None if v is None else self.values.get(id(v)) for v in n.inputs], self.opset, self.facts)
         rule = None if any(True for _ in n.subgraphs()) else SHAPE_RULES.get(key)
+        if key == "Loop" and "body" in n.attributes:
+            rule = self._loop
         outs: list = []
         if rule is None:
             self.no_rule[key] += 1
