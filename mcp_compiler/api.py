@@ -382,6 +382,9 @@ def inspect(path: str | os.PathLike, values: bool = False) -> ModelSummary:
     s.shape_conflicts = list(result.stats["conflict_list"])
     s.no_shape_rule = dict(result.stats["no_rule"])
     s.input_sizes = _input_sizes(path)
+    from .state import find_state_pairs
+
+    s.state_pairs = [p.to_dict() for p in find_state_pairs(model)]
     return s
 
 

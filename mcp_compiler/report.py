@@ -262,6 +262,11 @@ class Reporter:
                     self.out.print(f"    needs {c}", markup=False)
                 if len(info["constraints"]) > 6:
                     self.out.print(f"    and {len(info['constraints']) - 6} more", markup=False)
+        if s.state_pairs:
+            self.out.print("state (an input the model reads its state from -> the output of the next state):",
+                           markup=False)
+            for p in s.state_pairs:
+                self.out.print(f"  {p['input']} -> {p['output']} ({p['kind']}: {p['why']})", markup=False)
         if s.no_shape_rule:
             self.out.print("ops without a shape rule (declared dims kept): "
                            + ", ".join(f"{k} {n}" for k, n in s.no_shape_rule.items()), markup=False)

@@ -43,6 +43,8 @@ class ModelSummary:
     # model's ops require of it; "error" when no size satisfies them
     input_sizes: dict = field(default_factory=dict)
     values: list[ValueSummary] | None = None   # every value's shape (inspect --values)
+    # inputs the model reads its state from and the outputs it gives the next state in (state.py)
+    state_pairs: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)

