@@ -37,6 +37,7 @@ class VerifyReport:
     inputs: dict = field(default_factory=dict)     # how the inputs were made (sizes, domains) or loaded
     budget: dict[str, float] = field(default_factory=dict)   # a quantized model: judged by this, not atol/rtol
     pinned_random: int = 0     # random nodes seeded alike in both models for the check (noise.py)
+    sequence: dict = field(default_factory=dict)   # a stateful entry: the multi-step check's steps and state
 
     @property
     def ok(self) -> bool:

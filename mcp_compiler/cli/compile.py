@@ -101,6 +101,11 @@ DynOpt = _opt(None, "--dynamic-batch", panel=TGT, metavar="true|false|auto",
               help="auto (default): on when every input and output has the same batch symbol at axis 0; "
                    "true makes that a requirement.")
 NoDynOpt = _opt(False, "--no-dynamic-batch", panel=TGT, help="Same as --dynamic-batch false.")
+NoStateOpt = _opt(False, "--no-state", panel=TGT, help="Serve a model with state pairs stateless (the client "
+                  "sends and receives the state); default: the state kept on the server (sequence batcher).")
+SeqStrategyOpt = _opt(None, "--sequence-strategy", panel=TGT, metavar="direct|oldest",
+                      help="The sequence batcher's strategy for a stateful model (default oldest: sequences "
+                           "interleave; direct: one sequence per instance at a time).")
 MaxBatchOpt = _opt(None, "--max-batch-size", panel=TGT, help="Largest batch Triton forms (default 8).")
 PrefOpt = _opt(None, "--preferred-batch-size", panel=TGT, metavar="N[,N...]",
                help="Batch sizes the dynamic batcher waits to form.")
@@ -161,7 +166,8 @@ def convert(
     accuracy_budget: Optional[str] = BudgetOpt, auto_exclude: Optional[bool] = AutoExclOpt,
     accuracy_samples: int = AccSamplesOpt,
     backend: str = BackendOpt, config: Optional[Path] = ConfigOpt, dynamic_batch: Optional[str] = DynOpt,
-    no_dynamic_batch: bool = NoDynOpt, max_batch_size: Optional[int] = MaxBatchOpt,
+    no_dynamic_batch: bool = NoDynOpt, no_state: bool = NoStateOpt,
+    sequence_strategy: Optional[str] = SeqStrategyOpt, max_batch_size: Optional[int] = MaxBatchOpt,
     preferred_batch_size: Optional[str] = PrefOpt, max_queue_delay_us: Optional[int] = DelayOpt,
     max_concurrent_requests: Optional[int] = ConcOpt, inference_timeout_ms: Optional[int] = TimeoutOpt,
     instance_count: Optional[int] = InstOpt, kind: Optional[str] = KindOpt,
@@ -198,7 +204,7 @@ def convert(
     run(rep, debug, body)
 
 
-_CHOICES = ("layout", "quantize", "int4_method", "int4_format", "fp8_format", "backend", "kind", "target")
+_CHOICES = ("layout", "quantize", "int4_method", "int4_format", "fp8_format", "backend", "kind", "target", "sequence_strategy")
 
 
 def _ir_to_stderr() -> None:
@@ -275,6 +281,8 @@ def _with_target(options, f: dict[str, Any]):  # noqa: ANN001, ANN202 - CompileO
         ("dynamic_batch", False if f["no_dynamic_batch"] else tri_state(f["dynamic_batch"], "--dynamic-batch")),
         ("preferred_batch_size", parse_ints(f["preferred_batch_size"], "--preferred-batch-size")),
         ("kind", _str(f["kind"])),
+        ("stateful", False if f["no_state"] else None),
+        ("sequence_strategy", _str(f["sequence_strategy"])),
         ("warmup_dims", parse_dims(f["warmup_dims"], "--warmup-dims") if f["warmup_dims"] else None)) if v is not None})
     name = _target_name(f)
     if name is None:

@@ -245,9 +245,15 @@ def aio_client(conn: Connection):  # noqa: ANN201 - tritonclient.grpc.aio.Infere
 
 def measure_points(s: Served, loads: list[Load], *, batch_size: int = 1, window_s: float = 2.0,
                    max_windows: int = 10, seconds: float | None = None, progress=None,  # noqa: ANN001
-                   slo_ms: float | None = None, window_progress=None) -> list[Point]:  # noqa: ANN001
-    """Each load in turn, one client session."""
+                   slo_ms: float | None = None, window_progress=None,  # noqa: ANN001
+                   sequence_length: int | None = None) -> list[Point]:
+    """Each load in turn, one client session. A sequence-batched (stateful) model is sent
+    sequences of `sequence_length` requests (default 1)."""
     timeout_ms = _timeout_ms(s.config)
+    if s.config is not None and s.config.HasField("sequence_batching"):
+        sequence_length = sequence_length or 1
+    elif sequence_length is not None:
+        raise UsageError(f"--sequence-length: {s.name} is not a stateful (sequence-batched) model")
     async def go() -> list[Point]:
         c = aio_client(s.conn)
         try:
@@ -259,7 +265,8 @@ def measure_points(s: Served, loads: list[Load], *, batch_size: int = 1, window_
                     progress(k, len(loads), load)
                 points.append(await measure(c, s.name, inputs, load, batch_size=batch_size, window_s=window_s,
                                             max_windows=max_windows, seconds=seconds, headers=s.conn.headers(),
-                                            slo_ms=slo_ms, timeout_ms=timeout_ms, progress=window_progress))
+                                            slo_ms=slo_ms, timeout_ms=timeout_ms, progress=window_progress,
+                                            sequence_length=sequence_length))
             return points
         finally:
             await c.close()
@@ -298,12 +305,13 @@ def bench(target: str | os.PathLike, loads: list[Load], conn: Connection | None 
           window_s: float = 2.0, max_windows: int = 10, seconds: float | None = None,
           inputs: str | os.PathLike | None = None, progress=None,  # noqa: ANN001
           dims: dict[str, int] | None = None, slo_ms: float | None = None, window_progress=None,  # noqa: ANN001
-          on_inputs=None) -> BenchReport:  # noqa: ANN001 - on_inputs(shapes, notes): before any load
+          on_inputs=None, sequence_length: int | None = None) -> BenchReport:  # noqa: ANN001 - on_inputs(shapes, notes)
     with served(target, conn, batch_size=batch_size, inputs=inputs, dims=dims) as s:
         if on_inputs is not None:
             on_inputs(shapes_of(s.feeds), s.notes)
         points = measure_points(s, loads, batch_size=batch_size, window_s=window_s, max_windows=max_windows,
-                                seconds=seconds, progress=progress, slo_ms=slo_ms, window_progress=window_progress)
+                                seconds=seconds, progress=progress, slo_ms=slo_ms, window_progress=window_progress,
+                                sequence_length=sequence_length)
         notes = list(s.notes)
         if s.server is not None:
             notes.append(f"measured on a local tritonserver at grpc://{s.conn.url} started for this run")

@@ -448,6 +448,9 @@ def bench(
                                             "for a remote model's -1 dims (default: free dims at 128)."),
     slo_p99_ms: Optional[float] = typer.Option(None, "--slo-p99-ms", help="Also report each point's SLO "
                                                "attainment: the fraction of requests within this latency."),
+    sequence_length: Optional[int] = typer.Option(None, "--sequence-length", min=1, max=1_000_000,
+                                                  help="A stateful model: each client streams sequences of N "
+                                                       "requests (one correlation ID each; default 1)."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", dir_okay=False, help="Also write the points as CSV."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --csv file."),
     url: Optional[str] = typer.Option(None, "--url", help="A running Triton's gRPC address, grpc://HOST:PORT "
@@ -486,6 +489,7 @@ def bench(
 
         r = run_bench(target, loads, conn, batch_size=batch_size, window_s=window_s, max_windows=max_windows,
                       seconds=seconds, inputs=inputs, dims=parse_dims(dims), slo_ms=slo_p99_ms, on_inputs=shown,
+                      sequence_length=sequence_length,
                       progress=lambda k, n, load: say(f"point {k + 1} of {n}: {load.label}"),
                       window_progress=lambda k, rate, p99: say(
                           f"  window {k}: {rate:.1f} req/s, p99 {'-' if p99 is None else f'{p99:.2f}'} ms"))

@@ -76,6 +76,9 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
     """The ModelConfig for `model`, the warnings it raised, and the files it refers to (warm-up
     data, relative to the model's folder)."""
     warnings: list[str] = []
+    state = _state_pairs(model, backend, p, warnings)
+    if state:
+        return _sequence_config(model, name, p, quantization, state, warnings)
     blocker = batch_blocker(model)
     batched = False
     if p.dynamic_batch is True and blocker:
@@ -156,6 +159,86 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
         cfg.parameters[k].string_value = v
     files = _warmup(cfg, model, batched, p) if p.model_warmup else {}
     return cfg, warnings, files
+
+
+def _state_pairs(model: Model, backend: str, p: ServingParams, warnings: list[str]) -> list[dict]:
+    """The state pairs this entry keeps on the server: [{input, output, dtype, shape}] (static
+    shapes; a KV cache that grows, or a shape with symbols, stays with the client, said so)."""
+    if p.stateful is False:
+        return []
+    from mcp_compiler.state import find_state_pairs
+
+    pairs = find_state_pairs(model)
+    if not pairs:
+        if p.stateful:
+            raise UsageError("stateful: the model has no state pairs (an input of its state and the output of the "
+                             "next; `mcp-cli inspect` lists what it finds)")
+        return []
+    if backend != "python":
+        warnings.append(f"state pairs found ({', '.join(f'{x.input}->{x.output}' for x in pairs)}) but the "
+                        f"{backend} backend cannot keep them: served stateless (the python backend can)")
+        return []
+    values = {v.name: v for v in model.graph.inputs}
+    kept, left = [], []
+    for pair in pairs:
+        t = values[pair.input].type
+        static = isinstance(t, TensorType) and t.shape is not None and all(isinstance(d, int) for d in t.shape)
+        if pair.kind == "kv" or not static:
+            left.append(f"{pair.input} ({'grows along axis ' + str(pair.grows_axis) if pair.kind == 'kv' else 'a dim with no fixed size'})")
+            continue
+        kept.append({"input": pair.input, "output": pair.output, "dtype": np.dtype(DataType(t.elem_type).numpy_dtype).name,
+                     "shape": list(t.shape)})
+    if left:
+        msg = f"state kept with the client, not on the server: {', '.join(left)}"
+        if p.stateful:
+            raise UsageError(f"stateful: {msg}")
+        warnings.append(msg)
+        return []
+    return kept
+
+
+def _sequence_config(model: Model, name: str, p: ServingParams, quantization: str, state: list[dict],
+                     warnings: list[str]) -> tuple[mc.ModelConfig, list[str], dict[str, bytes]]:
+    """A stateful entry: Triton's sequence batcher (direct or oldest) routes each sequence's
+    requests (correlation ID, START, END) to the runtime, which keeps the state; the state inputs
+    and outputs are not part of the served interface."""
+    if p.dynamic_batch:
+        raise UsageError("--dynamic-batch: a stateful model is served by the sequence batcher (--no-state serves "
+                         "it stateless with dynamic batching)")
+    cfg = mc.ModelConfig(name=name, backend="python", max_batch_size=0)
+    inputs, outputs = interface(model)
+    hidden_in, hidden_out = {s["input"] for s in state}, {s["output"] for s in state}
+    cfg.input.extend(_tensor_config(v, False, mc.ModelInput) for v in inputs if v.name not in hidden_in)
+    cfg.output.extend(_tensor_config(v, False, mc.ModelOutput) for v in outputs if v.name not in hidden_out)
+    sb = cfg.sequence_batching
+    sb.max_sequence_idle_microseconds = p.max_sequence_idle_us
+    if p.sequence_strategy == "oldest":
+        sb.oldest.max_candidate_sequences = p.max_sequences
+    else:
+        sb.direct.SetInParent()
+    C = mc.ModelSequenceBatching.Control
+    for ctl, kind in (("START", C.CONTROL_SEQUENCE_START), ("END", C.CONTROL_SEQUENCE_END),
+                      ("READY", C.CONTROL_SEQUENCE_READY)):
+        ci = sb.control_input.add(name=ctl)
+        ci.control.add(kind=kind, int32_false_true=[0, 1])
+    ci = sb.control_input.add(name="CORRID")
+    ci.control.add(kind=C.CONTROL_SEQUENCE_CORRID, data_type=mc.TYPE_UINT64)
+    cfg.instance_group.add(count=p.instance_count, kind=mc.ModelInstanceGroup.KIND_CPU)
+    params = {"quantization_level": quantization, "tensor_parallel_size": str(p.tensor_parallel_size),
+              "mcp_runtime": "model.mcpir", "ort_prepack": "true" if p.prepack else "false",
+              "mcp_state": json.dumps(state), "mcp_max_sequences": str(p.max_sequences)}
+    scalars = [v.name for v in [*inputs, *outputs] if isinstance(v.type, TensorType)
+               and v.type.shape is not None and len(v.type.shape) == 0 and v.name not in hidden_in | hidden_out]
+    if scalars:
+        params["mcp_scalars"] = json.dumps(scalars)
+    for k, v in params.items():
+        cfg.parameters[k].string_value = v
+    if p.model_warmup:
+        warnings.append("model_warmup is not run for a stateful entry (a warm-up request has no sequence)")
+    warnings.append(f"stateful: {', '.join(s['input'] + '->' + s['output'] for s in state)} kept on the server per "
+                    f"sequence ({p.sequence_strategy} sequence batcher; clients send a sequence ID with START/END and "
+                    "only the other inputs; --no-state serves it stateless)")
+    return cfg, warnings, {}
 
 
 def _dequantizes_weights(model: Model) -> bool:

@@ -493,7 +493,10 @@ def _smoke(c, conn: Connection, cfg: Any, name: str, version: int, feeds: dict) 
         t.set_data_from_numpy(v)
         inputs.append(t)
     t0 = time.perf_counter()
-    r = c.infer(name, inputs, model_version=str(version), headers=conn.headers())
+    seq = {}
+    if cfg.HasField("sequence_batching"):   # a stateful model: a one-request sequence of its own
+        seq = {"sequence_id": int.from_bytes(os.urandom(6), "little") + 1, "sequence_start": True, "sequence_end": True}
+    r = c.infer(name, inputs, model_version=str(version), headers=conn.headers(), **seq)
     dt = time.perf_counter() - t0
     for o in cfg.output:
         if r.as_numpy(o.name) is None:

@@ -141,23 +141,37 @@ async def measure(client, name: str, inputs: list, load: Load, *, batch_size: in
                   window_s: float = 2.0, max_windows: int = 10, seconds: float | None = None,
                   version: str = "", headers: dict | None = None, seed: int = 0,
                   slo_ms: float | None = None, timeout_ms: float | None = None,
-                  progress=None) -> Point:  # noqa: ANN001 - progress(window k, its throughput, its p99 ms)
-    """Drive `load` on model `name` and measure it (see the module docstring)."""
+                  progress=None, sequence_length: int | None = None) -> Point:  # noqa: ANN001 - progress(window k, throughput, p99 ms)
+    """Drive `load` on model `name` and measure it (see the module docstring). A stateful model
+    (`sequence_length` given): each closed-loop client streams sequences of that many requests
+    under its own correlation IDs (START on the first, END on the last); open loop sends
+    one-request sequences."""
     rec = _Recorder()
     stop = asyncio.Event()
+    ids = iter(range(1 + seed * 10**9, 2**63))
 
-    async def one() -> None:
+    async def one(seq: dict | None = None) -> None:
         t0 = time.perf_counter()
         try:
-            await client.infer(name, inputs, model_version=version, headers=headers, client_timeout=60)
+            await client.infer(name, inputs, model_version=version, headers=headers, client_timeout=60, **(seq or {}))
         except Exception as e:  # noqa: BLE001 - counted per request
             rec.failed(e)
             return
         rec.ok(time.perf_counter() - t0)
 
+    def step(corrid: int, k: int, n: int) -> dict | None:
+        if sequence_length is None:
+            return None
+        return {"sequence_id": corrid, "sequence_start": k == 0, "sequence_end": k == n - 1}
+
     async def closed() -> None:
+        n = sequence_length or 1
         while not stop.is_set():
-            await one()
+            corrid = next(ids)
+            for k in range(n):
+                if stop.is_set() and k == 0:
+                    break
+                await one(step(corrid, k, n))
 
     async def open_loop() -> None:
         rng = np.random.default_rng(seed)
@@ -172,7 +186,7 @@ async def measure(client, name: str, inputs: list, load: Load, *, batch_size: in
                 rec.failed(RuntimeError("client: too many requests in flight (the server does not keep up)"))
                 continue
             rec.sent += 1
-            t = asyncio.ensure_future(one())
+            t = asyncio.ensure_future(one(step(next(ids), 0, 1)))
             pending.add(t)
             t.add_done_callback(pending.discard)
         if pending:

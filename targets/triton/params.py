@@ -28,6 +28,13 @@ class ServingParams:
     dequantize_at_load: bool | None = None        # fold DequantizeLinear of weights at load (None: on for cpu)
     model_warmup: bool = False
     warmup_dims: dict[str, int] = field(default_factory=dict)   # symbol -> size for warm-up inputs
+    # state pairs (mcp_compiler/state.py) kept on the server by Triton's sequence batcher
+    stateful: bool | None = None                  # None: on when the model has state pairs
+    # oldest: many sequences interleave (the runtime keeps each one's state); direct with
+    # max_batch_size 0 gives each instance one sequence slot, so a second one takes the first's
+    sequence_strategy: str = "oldest"             # oldest | direct
+    max_sequence_idle_us: int = 60_000_000        # a sequence idle this long loses its state
+    max_sequences: int = 1024                     # sequences holding state at once, at most
 
     def validate(self, label: Callable[[str], str] = str) -> ServingParams:
         """Raises UsageError naming each setting by `label(key)` (the flag, or the build file's key)."""
@@ -55,6 +62,10 @@ class ServingParams:
             raise UsageError(f"{label('tensor_parallel_size')} > 1 needs {label('kind')}{'' if label('kind')[0] == '-' else ':'} gpu")
         for k, v in self.warmup_dims.items():
             positive(f"warmup_dims.{k}", v)
+        positive("max_sequence_idle_us", self.max_sequence_idle_us)
+        positive("max_sequences", self.max_sequences)
+        if self.sequence_strategy not in ("direct", "oldest"):
+            raise UsageError(f"{label('sequence_strategy')} must be direct or oldest, got {self.sequence_strategy!r}")
         return self
 
 
@@ -64,7 +75,7 @@ _FIELDS = {f.name: f for f in fields(ServingParams)}
 OPTION_TYPES: dict[str, type] = {**{k: int for k in _FIELDS}, "dynamic_batch": bool,
                                  "preferred_batch_size": list, "kind": str, "model_warmup": bool,
                                  "warmup_dims": dict, "prepack": bool, "dequantize_at_load": bool,
-                                 "quantization_level": str}
+                                 "quantization_level": str, "stateful": bool, "sequence_strategy": str}
 # The flag that sets each key on `convert`.
 FLAGS = {k: "--" + k.replace("_", "-") for k in OPTION_TYPES}
 FLAGS.update(model_warmup="--warmup", quantization_level="--quantize")

@@ -73,8 +73,49 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     report.budget = dict(judged)
     # the interface's layout contract: NHWC values are the NCHW original's, transposed
     report.layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
-    return compare_with_original(input, lambda pin=False: _emitted_runner(backend, vdir, pin), report, seed=seed,
-                                 inputs=inputs)
+    report = compare_with_original(input, lambda pin=False: _emitted_runner(backend, vdir, pin), report, seed=seed,
+                                   inputs=inputs)
+    if "mcp_state" in cfg.parameters:
+        _verify_sequence(Path(input), vdir, cfg, report)
+    return report
+
+
+SEQUENCE_STEPS = 3
+
+
+def _verify_sequence(original: Path, vdir: Path, cfg, report: VerifyReport) -> None:  # noqa: ANN001 - ModelConfig
+    """A stateful entry: SEQUENCE_STEPS requests of one sequence through the runtime's state table
+    (only the non-state inputs, as a client sends them) against onnxruntime on the original with
+    the state threaded by hand, step by step; a mismatch fails the output in the report."""
+    import numpy as np
+
+    from mcp_compiler.frontend import load_onnx
+    from mcp_compiler.reference import OutputCheck, compare, open_original, sample_inputs
+
+    pairs = json.loads(cfg.parameters["mcp_state"].string_value)
+    states = {p["input"] for p in pairs}
+    sess = open_original(original)[0]
+    names = [o.name for o in sess.get_outputs()]
+    model = load_onnx(original, check=False, infer_shapes=False).model
+    feeds, _ = sample_inputs(model, report.dims, SEQUENCE_STEPS, run=lambda f: sess.run(None, f))
+    rt = load_runtime(vdir)
+    served = rt.MCPIRModel(vdir / "model.mcpir", options=session_options(), prepack=False)
+    table = rt.SequenceState(pairs)
+    outs = [o.name for o in cfg.output]
+    state = {p["input"]: np.zeros(p["shape"], np.dtype(p["dtype"])) for p in pairs}
+    worst: dict[str, list] = {}
+    for k, f in enumerate(feeds):
+        want = dict(zip(names, sess.run(None, {**{n: a for n, a in f.items() if n not in states}, **state})))
+        got = table.step(served.run, {n: a for n, a in f.items() if n not in states}, outs, 1, k == 0,
+                         k == len(feeds) - 1)
+        for n, g in zip(outs, got):
+            worst.setdefault(n, []).append(compare(want[n], g, report.rtol, report.atol))
+        state = {p["input"]: want[p["output"]] for p in pairs}
+    report.sequence = {"steps": len(feeds), "state": [f"{p['input']}->{p['output']}" for p in pairs]}
+    for n, rows in worst.items():
+        report.outputs.append(OutputCheck(f"{n} (sequence of {len(feeds)} steps, state on the server)",
+                                          max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
+                                          all(r[3] for r in rows)))
 
 
 def _check_same_interface(original: Path, cfg, entry: Path) -> None:  # noqa: ANN001 - ModelConfig
@@ -90,6 +131,10 @@ def _check_same_interface(original: Path, cfg, entry: Path) -> None:  # noqa: AN
     want = [i.name for i in g.input if i.name not in weights]
     outs = [o.name for o in g.output]
     have, served = [i.name for i in cfg.input], [o.name for o in cfg.output]
+    if "mcp_state" in cfg.parameters:   # a stateful entry keeps its state inputs and outputs on the server
+        pairs = json.loads(cfg.parameters["mcp_state"].string_value)
+        have += [p["input"] for p in pairs]
+        served += [p["output"] for p in pairs]
     problems = []
     if missing := [n for n in want if n not in have]:
         problems.append(f"the entry lacks input(s) {', '.join(map(repr, missing))}")

@@ -5,5 +5,6 @@ FlatBuffers code generated from mcp_ir.fbs and the buffer verifier); it never im
 """
 
 from .runtime import MCPIRError, MCPIRModel
+from .sequences import SequenceState, StateTableFull
 
-__all__ = ["MCPIRError", "MCPIRModel"]
+__all__ = ["MCPIRError", "MCPIRModel", "SequenceState", "StateTableFull"]

