@@ -45,6 +45,23 @@ def fetched_zoo() -> tuple[tuple[Path, ...], str]:
     return paths, ""
 
 
+def zoo_model(name: str) -> Path:
+    """One real model of golden_models/zoo.yaml by its manifest name, fetched from its pinned wheel
+    into the user's cache; inside a test, skips with the reason when it cannot be fetched (fails
+    with MCP_CLI_REQUIRE_FETCH=1)."""
+    from mcp_compiler.errors import McpError
+    from mcp_compiler.manifest import load_manifest
+    from mcp_compiler.zoo import default_cache, fetch
+
+    m = next(m for m in load_manifest(GOLDEN / "zoo.yaml").models if m.name == name)
+    try:
+        return fetch(m.source, default_cache())
+    except McpError as e:
+        if REQUIRE_FETCH:
+            raise
+        pytest.skip(f"{name} not fetched (package index unreachable?): {e}")
+
+
 def zoo_models() -> list[Path]:
     """The three PP-OCR models (det, rec, cls by name order); inside a test, skips with the reason
     when they cannot be fetched."""

