@@ -70,3 +70,50 @@ def test_caches_by_name_kv_growing_and_no_false_pairs(tmp_path):
 def test_real_streaming_models(name, want):
     got = {(p.input, p.output) for p in find_state_pairs(load_onnx(zoo_model(name)).model)}
     assert got == want, got
+
+
+def _caches(tmp_path):
+    x = helper.make_tensor_value_info("input", F, [1, 4, 3])
+    nodes, ins, outs = [helper.make_node("Relu", ["input"], ["output"])], [x], [helper.make_tensor_value_info("output", F, [1, 4, 3])]
+    for i in range(2):
+        ins.append(helper.make_tensor_value_info(f"in_cache{i}", F, [1, 2, 3]))
+        nodes += [helper.make_node("Concat", [f"in_cache{i}", "input"], [f"cat{i}"], axis=1),
+                  helper.make_node("Slice", [f"cat{i}", "s", "e", "a"], [f"out_cache{i}"])]
+        outs.append(helper.make_tensor_value_info(f"out_cache{i}", F, [1, 2, 3]))
+    inits = [numpy_helper.from_array(np.array([-2], np.int64), "s"), numpy_helper.from_array(np.array([2**31], np.int64), "e"),
+             numpy_helper.from_array(np.array([1], np.int64), "a")]
+    return save_model(tmp_path, "caches", nodes, ins, outs, inits)
+
+
+def test_stateful_entry_and_the_state_flags(tmp_path):
+    """The found pairs make a sequence-batched entry whose interface leaves the state out and whose
+    verify runs a sequence; --state picks pairs itself; --no-state serves it stateless."""
+    from typer.testing import CliRunner
+
+    from mcp_compiler.cli import app
+
+    src = _caches(tmp_path)
+    run = CliRunner().invoke
+    r = run(app, ["convert", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "r"), "--name", "a", "--verify", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json_of(r.output)
+    cfg = (tmp_path / "r" / "a" / "config.pbtxt").read_text()
+    assert "sequence_batching" in cfg and "oldest" in cfg and 'name: "in_cache0"' not in cfg
+    assert out["verification"]["sequence"]["state"] == ["in_cache0->out_cache0", "in_cache1->out_cache1"]
+    r = run(app, ["convert", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "r"), "--name", "b",
+                  "--state", "in_cache1=out_cache1", "--sequence-strategy", "DIRECT"])
+    cfg = (tmp_path / "r" / "b" / "config.pbtxt").read_text()
+    assert r.exit_code == 0 and 'name: "in_cache0"' in cfg and 'name: "in_cache1"' not in cfg and "direct" in cfg, r.output
+    r = run(app, ["convert", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "r"), "--name", "c", "--no-state"])
+    assert r.exit_code == 0 and "sequence_batching" not in (tmp_path / "r" / "c" / "config.pbtxt").read_text()
+    for bad, says in ((["--state", "in_cache0=output"], "must keep its type and shape"),
+                      (["--state", "x=y"], "no input 'x'"), (["--state", "in_cache0=out_cache0", "--no-state"], "give one"),
+                      (["--sequence-strategy", "newest"], "direct or oldest")):
+        r = run(app, ["convert", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "r"), "--name", "d", *bad])
+        assert r.exit_code == 2 and says in r.output, (bad, r.output)
+
+
+def json_of(text: str) -> dict:
+    import json
+
+    return json.loads(text)

@@ -103,6 +103,8 @@ DynOpt = _opt(None, "--dynamic-batch", panel=TGT, metavar="true|false|auto",
 NoDynOpt = _opt(False, "--no-dynamic-batch", panel=TGT, help="Same as --dynamic-batch false.")
 NoStateOpt = _opt(False, "--no-state", panel=TGT, help="Serve a model with state pairs stateless (the client "
                   "sends and receives the state); default: the state kept on the server (sequence batcher).")
+StateOpt = _opt(None, "--state", panel=TGT, metavar="INPUT=OUTPUT",
+               help="A state pair to keep on the server (repeatable; replaces the pairs found, see `inspect`).")
 SeqStrategyOpt = _opt(None, "--sequence-strategy", panel=TGT, metavar="direct|oldest",
                       help="The sequence batcher's strategy for a stateful model (default oldest: sequences "
                            "interleave; direct: one sequence per instance at a time).")
@@ -166,7 +168,7 @@ def convert(
     accuracy_budget: Optional[str] = BudgetOpt, auto_exclude: Optional[bool] = AutoExclOpt,
     accuracy_samples: int = AccSamplesOpt,
     backend: str = BackendOpt, config: Optional[Path] = ConfigOpt, dynamic_batch: Optional[str] = DynOpt,
-    no_dynamic_batch: bool = NoDynOpt, no_state: bool = NoStateOpt,
+    no_dynamic_batch: bool = NoDynOpt, no_state: bool = NoStateOpt, state: Optional[list[str]] = StateOpt,
     sequence_strategy: Optional[str] = SeqStrategyOpt, max_batch_size: Optional[int] = MaxBatchOpt,
     preferred_batch_size: Optional[str] = PrefOpt, max_queue_delay_us: Optional[int] = DelayOpt,
     max_concurrent_requests: Optional[int] = ConcOpt, inference_timeout_ms: Optional[int] = TimeoutOpt,
@@ -282,6 +284,7 @@ def _with_target(options, f: dict[str, Any]):  # noqa: ANN001, ANN202 - CompileO
         ("preferred_batch_size", parse_ints(f["preferred_batch_size"], "--preferred-batch-size")),
         ("kind", _str(f["kind"])),
         ("stateful", False if f["no_state"] else None),
+        ("state", list(f["state"]) if f["state"] else None),
         ("sequence_strategy", _str(f["sequence_strategy"])),
         ("warmup_dims", parse_dims(f["warmup_dims"], "--warmup-dims") if f["warmup_dims"] else None)) if v is not None})
     name = _target_name(f)

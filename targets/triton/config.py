@@ -165,10 +165,12 @@ def _state_pairs(model: Model, backend: str, p: ServingParams, warnings: list[st
     """The state pairs this entry keeps on the server: [{input, output, dtype, shape}] (static
     shapes; a KV cache that grows, or a shape with symbols, stays with the client, said so)."""
     if p.stateful is False:
+        if p.state:
+            raise UsageError("--state and --no-state: give one")
         return []
-    from mcp_compiler.state import find_state_pairs
+    from mcp_compiler.state import StatePair, find_state_pairs
 
-    pairs = find_state_pairs(model)
+    pairs = find_state_pairs(model) if not p.state else [StatePair(*_given_pair(model, x), "given", "--state") for x in p.state]
     if not pairs:
         if p.stateful:
             raise UsageError("stateful: the model has no state pairs (an input of its state and the output of the "
@@ -179,12 +181,18 @@ def _state_pairs(model: Model, backend: str, p: ServingParams, warnings: list[st
                         f"{backend} backend cannot keep them: served stateless (the python backend can)")
         return []
     values = {v.name: v for v in model.graph.inputs}
+    outs = {v.name: v for v in model.graph.outputs}
     kept, left = [], []
     for pair in pairs:
-        t = values[pair.input].type
+        t, o = values[pair.input].type, outs[pair.output].type
         static = isinstance(t, TensorType) and t.shape is not None and all(isinstance(d, int) for d in t.shape)
-        if pair.kind == "kv" or not static:
-            left.append(f"{pair.input} ({'grows along axis ' + str(pair.grows_axis) if pair.kind == 'kv' else 'a dim with no fixed size'})")
+        # served only where the next state is known to fit the state input: equal shapes (silero's
+        # sequence model runs its LSTM over frames: h [1, 1, 128] in, per-frame states [1, frames, 128] out)
+        proven = isinstance(o, TensorType) and o.shape is not None and t.shape is not None and tuple(o.shape) == tuple(t.shape)
+        if pair.kind == "kv" or not static or not proven:
+            why = ("grows along axis " + str(pair.grows_axis) if pair.kind == "kv" else
+                   "a dim with no fixed size" if not static else "the next state's shape is not known to fit")
+            left.append(f"{pair.input} ({why})")
             continue
         kept.append({"input": pair.input, "output": pair.output, "dtype": np.dtype(DataType(t.elem_type).numpy_dtype).name,
                      "shape": list(t.shape)})
@@ -195,6 +203,22 @@ def _state_pairs(model: Model, backend: str, p: ServingParams, warnings: list[st
         warnings.append(msg)
         return []
     return kept
+
+
+def _given_pair(model: Model, text: object) -> tuple[str, str]:
+    """`IN=OUT` of --state: an input and an output of the model with the same type and shape."""
+    if not isinstance(text, str) or text.count("=") != 1:
+        raise UsageError(f"--state: expected INPUT=OUTPUT, got {text!r}")
+    a, b = (x.strip() for x in text.split("="))
+    ins = {v.name: v for v in model.graph.inputs if v.const is None}
+    outs = {v.name: v for v in model.graph.outputs}
+    if a not in ins:
+        raise UsageError(f"--state {text}: the model has no input {a!r} (its inputs: {', '.join(ins)})")
+    if b not in outs:
+        raise UsageError(f"--state {text}: the model has no output {b!r} (its outputs: {', '.join(outs)})")
+    if ins[a].type != outs[b].type:
+        raise UsageError(f"--state {text}: {a} is {ins[a].type}, {b} is {outs[b].type}: a state must keep its type and shape")
+    return a, b
 
 
 def _sequence_config(model: Model, name: str, p: ServingParams, quantization: str, state: list[dict],

@@ -30,6 +30,7 @@ class ServingParams:
     warmup_dims: dict[str, int] = field(default_factory=dict)   # symbol -> size for warm-up inputs
     # state pairs (mcp_compiler/state.py) kept on the server by Triton's sequence batcher
     stateful: bool | None = None                  # None: on when the model has state pairs
+    state: list[str] = field(default_factory=list)   # "IN=OUT" pairs given: used instead of those found
     # oldest: many sequences interleave (the runtime keeps each one's state); direct with
     # max_batch_size 0 gives each instance one sequence slot, so a second one takes the first's
     sequence_strategy: str = "oldest"             # oldest | direct
@@ -75,7 +76,8 @@ _FIELDS = {f.name: f for f in fields(ServingParams)}
 OPTION_TYPES: dict[str, type] = {**{k: int for k in _FIELDS}, "dynamic_batch": bool,
                                  "preferred_batch_size": list, "kind": str, "model_warmup": bool,
                                  "warmup_dims": dict, "prepack": bool, "dequantize_at_load": bool,
-                                 "quantization_level": str, "stateful": bool, "sequence_strategy": str}
+                                 "quantization_level": str, "stateful": bool, "sequence_strategy": str,
+                                 "state": list}
 # The flag that sets each key on `convert`.
 FLAGS = {k: "--" + k.replace("_", "-") for k in OPTION_TYPES}
 FLAGS.update(model_warmup="--warmup", quantization_level="--quantize")

@@ -110,3 +110,35 @@ def _npz(tmp_path, x):
     path = tmp_path / "frame.npz"
     np.savez(path, speech=x)
     return path
+
+
+def test_streaming_lstm_h_c_state_on_the_server(tmp_path):
+    """silero_vad_v6 (an LSTM, h/c [1, 1, 128] in, hn/cn out): served stateful by default; two
+    interleaved streams of chunks, only `input` sent, equal onnxruntime with h/c threaded by hand."""
+    import onnxruntime as ort
+    import tritonclient.grpc as tg
+
+    from mcp_compiler.targets.triton.serve import TritonServer
+
+    src = zoo_model("silero_vad_v6")
+    r = _cli("convert", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--name", "vad", "--verify")
+    assert r.returncode == 0 and "h->hn, c->cn kept on the server" in r.stderr, r.stderr
+    sess = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    streams = {s: [rng.standard_normal((2, 576)).astype(np.float32) * 0.1 for _ in range(3)] for s in (5, 6)}
+    want = {}
+    for sid, chunks in streams.items():
+        h = c = np.zeros((1, 1, 128), np.float32)
+        want[sid] = []
+        for x in chunks:
+            p, h, c = sess.run(["speech_probs", "hn", "cn"], {"input": x, "h": h, "c": c})
+            want[sid].append(p)
+    with TritonServer(tmp_path / "repo", mode="explicit", load_all=True) as s:
+        cl = tg.InferenceServerClient(s.grpc_url)
+        for k in range(3):
+            for sid, chunks in streams.items():
+                i = tg.InferInput("input", [2, 576], "FP32")
+                i.set_data_from_numpy(chunks[k])
+                got = cl.infer("vad", [i], sequence_id=sid, sequence_start=k == 0, sequence_end=k == 2).as_numpy("speech_probs")
+                np.testing.assert_allclose(got, want[sid][k], rtol=1e-5, atol=1e-6)
+        cl.close()

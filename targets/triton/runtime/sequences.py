@@ -57,6 +57,12 @@ class SequenceState:
         values of `outputs` and keeps (or on END drops) the next state."""
         state = self.state(corrid, start)
         got = run({**feeds, **state}, list(outputs) + self.outputs)
+        for p, nxt in zip(self.pairs, got[len(outputs):]):
+            if list(np.shape(nxt)) != list(p["shape"]):
+                self.table.pop(corrid, None)
+                raise ValueError(f"state output {p['output']!r} has shape {list(np.shape(nxt))}, the state input "
+                                 f"{p['input']!r} takes {p['shape']}: this model cannot be served stateful "
+                                 "(convert it with --no-state)")
         if end:
             self.table.pop(corrid, None)
         else:

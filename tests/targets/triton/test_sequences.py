@@ -39,3 +39,15 @@ def test_state_kept_per_sequence_dropped_on_end_and_idle(tmp_path):
     with pytest.raises(KeyError, match="idle past 10 s"):
         t.step(_run, one, ["y"], 2, False, False)
     assert t.table == {}
+
+
+def test_a_next_state_that_does_not_fit_is_refused(tmp_path):
+    write_runtime(tmp_path)
+    t = load_runtime(tmp_path).SequenceState(PAIRS)
+
+    def frames(feeds, names):   # per-frame states, not the next state (silero's sequence model)
+        return [np.zeros(2, np.float32), np.zeros((3, 2), np.float32)]
+
+    with pytest.raises(ValueError, match="cannot be served stateful"):
+        t.step(frames, {"x": np.ones(2, np.float32)}, ["y"], 1, True, False)
+    assert t.table == {}
