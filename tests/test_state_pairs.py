@@ -117,3 +117,53 @@ def json_of(text: str) -> dict:
     import json
 
     return json.loads(text)
+
+
+def _decoder_step(tmp_path):
+    """One decoder step: the token's key appended to the past keys (a KV cache growing on axis 1)."""
+    nodes = [helper.make_node("Concat", ["past_key_values.0.key", "x"], ["present.0.key"], axis=1),
+             helper.make_node("ReduceMean", ["present.0.key"], ["y"], axes=[1], keepdims=0)]
+    return save_model(tmp_path, "step", nodes,
+                      [helper.make_tensor_value_info("x", F, [1, 1, 8]),
+                       helper.make_tensor_value_info("past_key_values.0.key", F, [1, "past", 8])],
+                      [helper.make_tensor_value_info("y", F, [1, 8]),
+                       helper.make_tensor_value_info("present.0.key", F, [1, "total", 8])])
+
+
+def test_growing_kv_state_on_the_server_with_a_bound(tmp_path):
+    from typer.testing import CliRunner
+
+    from mcp_compiler.cli import app
+    from mcp_compiler.targets.triton.emit import write_runtime
+    from mcp_compiler.targets.triton.verify import load_runtime
+
+    src = _decoder_step(tmp_path)
+    assert _pairs(src) == {("past_key_values.0.key", "present.0.key", "kv", 1)}
+    r = CliRunner().invoke(app, ["convert", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "r"), "--name", "dec",
+                                 "--verify", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json_of(r.output)["verification"]["sequence"]["steps"] == 3   # 3 growing steps match onnxruntime
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    cfg = text_format.Parse((tmp_path / "r" / "dec" / "config.pbtxt").read_text(), mc.ModelConfig())
+    state = json_of(cfg.parameters["mcp_state"].string_value)
+    assert cfg.HasField("sequence_batching") and [i.name for i in cfg.input] == ["x"]
+    assert state == [{"input": "past_key_values.0.key", "output": "present.0.key", "dtype": "float32",
+                      "shape": [1, 0, 8], "grows_axis": 1, "max_length": 4096}]
+    write_runtime(tmp_path / "rt")
+    rt = load_runtime(tmp_path / "rt")
+    t = rt.SequenceState([{"input": "past", "output": "present", "dtype": "float32", "shape": [1, 0, 8],
+                           "grows_axis": 1, "max_length": 2}])
+
+    def step(feeds, names):
+        present = np.concatenate([feeds["past"], feeds["x"]], axis=1)
+        return [present.mean(axis=1), present]
+
+    x = {"x": np.ones((1, 1, 8), np.float32)}
+    t.step(step, x, ["y"], 9, True, False)
+    t.step(step, x, ["y"], 9, False, False)
+    assert t.table[9][1]["past"].shape == (1, 2, 8)
+    with pytest.raises(ValueError, match="past max_state_length 2"):
+        t.step(step, x, ["y"], 9, False, False)
+    assert 9 not in t.table

@@ -185,17 +185,23 @@ def _state_pairs(model: Model, backend: str, p: ServingParams, warnings: list[st
     kept, left = [], []
     for pair in pairs:
         t, o = values[pair.input].type, outs[pair.output].type
-        static = isinstance(t, TensorType) and t.shape is not None and all(isinstance(d, int) for d in t.shape)
-        # served only where the next state is known to fit the state input: equal shapes (silero's
-        # sequence model runs its LSTM over frames: h [1, 1, 128] in, per-frame states [1, frames, 128] out)
-        proven = isinstance(o, TensorType) and o.shape is not None and t.shape is not None and tuple(o.shape) == tuple(t.shape)
-        if pair.kind == "kv" or not static or not proven:
-            why = ("grows along axis " + str(pair.grows_axis) if pair.kind == "kv" else
-                   "a dim with no fixed size" if not static else "the next state's shape is not known to fit")
+        grows = pair.grows_axis if pair.kind == "kv" else None
+        fixed = [k for k in range(len(t.shape or ())) if k != grows] if isinstance(t, TensorType) else []
+        static = isinstance(t, TensorType) and t.shape is not None and all(isinstance(t.shape[k], int) for k in fixed)
+        # served only where the next state is known to fit the state input: equal shapes but the axis a
+        # KV cache grows along (silero's sequence model runs its LSTM over frames: h [1, 1, 128] in,
+        # per-frame states [1, frames, 128] out)
+        proven = (isinstance(o, TensorType) and o.shape is not None and t.shape is not None
+                  and len(o.shape) == len(t.shape) and all(o.shape[k] == t.shape[k] for k in fixed))
+        if not static or not proven:
+            why = "a dim with no fixed size" if not static else "the next state's shape is not known to fit"
             left.append(f"{pair.input} ({why})")
             continue
-        kept.append({"input": pair.input, "output": pair.output, "dtype": np.dtype(DataType(t.elem_type).numpy_dtype).name,
-                     "shape": list(t.shape)})
+        entry = {"input": pair.input, "output": pair.output, "dtype": np.dtype(DataType(t.elem_type).numpy_dtype).name,
+                 "shape": [0 if k == grows else d for k, d in enumerate(t.shape)]}
+        if grows is not None:   # a KV cache: empty at START, one step longer each request, bounded
+            entry.update(grows_axis=grows, max_length=p.max_state_length)
+        kept.append(entry)
     if left:
         msg = f"state kept with the client, not on the server: {', '.join(left)}"
         if p.stateful:

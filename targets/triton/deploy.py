@@ -41,6 +41,7 @@ from mcp_compiler.errors import (
 # JSON encoder was seen to crash here, so uploads over HTTP stop there.
 GRPC_UPLOAD_LIMIT = 2**31 - 1 - (16 << 20)
 HTTP_UPLOAD_LIMIT = 1 << 30
+SMOKE_STEPS = 3   # a stateful model's smoke test: one sequence of this many requests
 
 class DeployError(ServerError):
     """The deploy failed on the server side (load, readiness, smoke inference)."""
@@ -493,10 +494,15 @@ def _smoke(c, conn: Connection, cfg: Any, name: str, version: int, feeds: dict) 
         t.set_data_from_numpy(v)
         inputs.append(t)
     t0 = time.perf_counter()
-    seq = {}
-    if cfg.HasField("sequence_batching"):   # a stateful model: a one-request sequence of its own
-        seq = {"sequence_id": int.from_bytes(os.urandom(6), "little") + 1, "sequence_start": True, "sequence_end": True}
-    r = c.infer(name, inputs, model_version=str(version), headers=conn.headers(), **seq)
+    if cfg.HasField("sequence_batching"):
+        # a stateful model: a sequence of its own, SMOKE_STEPS requests (the state carried on the
+        # server from one to the next), START on the first, END on the last
+        corrid = int.from_bytes(os.urandom(6), "little") + 1
+        for k in range(SMOKE_STEPS):
+            r = c.infer(name, inputs, model_version=str(version), headers=conn.headers(), sequence_id=corrid,
+                        sequence_start=k == 0, sequence_end=k == SMOKE_STEPS - 1)
+    else:
+        r = c.infer(name, inputs, model_version=str(version), headers=conn.headers())
     dt = time.perf_counter() - t0
     for o in cfg.output:
         if r.as_numpy(o.name) is None:

@@ -36,6 +36,7 @@ class ServingParams:
     sequence_strategy: str = "oldest"             # oldest | direct
     max_sequence_idle_us: int = 60_000_000        # a sequence idle this long loses its state
     max_sequences: int = 1024                     # sequences holding state at once, at most
+    max_state_length: int = 4096                  # a growing (KV) state's length, at most
 
     def validate(self, label: Callable[[str], str] = str) -> ServingParams:
         """Raises UsageError naming each setting by `label(key)` (the flag, or the build file's key)."""
@@ -65,6 +66,7 @@ class ServingParams:
             positive(f"warmup_dims.{k}", v)
         positive("max_sequence_idle_us", self.max_sequence_idle_us)
         positive("max_sequences", self.max_sequences)
+        positive("max_state_length", self.max_state_length)
         if self.sequence_strategy not in ("direct", "oldest"):
             raise UsageError(f"{label('sequence_strategy')} must be direct or oldest, got {self.sequence_strategy!r}")
         return self

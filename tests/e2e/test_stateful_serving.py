@@ -142,3 +142,48 @@ def test_streaming_lstm_h_c_state_on_the_server(tmp_path):
                 got = cl.infer("vad", [i], sequence_id=sid, sequence_start=k == 0, sequence_end=k == 2).as_numpy("speech_probs")
                 np.testing.assert_allclose(got, want[sid][k], rtol=1e-5, atol=1e-6)
         cl.close()
+
+
+def test_growing_kv_cache_on_the_server(tmp_path):
+    """A decoder step whose past keys grow by one each request: served with the cache on the server,
+    three steps equal onnxruntime with the cache threaded by hand; past max_state_length the request
+    fails naming the limit."""
+    import onnx
+    import onnxruntime as ort
+    import tritonclient.grpc as tg
+    from onnx import TensorProto, helper
+
+    from mcp_compiler.targets.triton.serve import TritonServer
+
+    F = TensorProto.FLOAT
+    g = helper.make_graph([helper.make_node("Concat", ["past_key_values.0.key", "x"], ["present.0.key"], axis=1),
+                           helper.make_node("ReduceMean", ["present.0.key"], ["y"], axes=[1], keepdims=0)], "step",
+                          [helper.make_tensor_value_info("x", F, [1, 1, 8]),
+                           helper.make_tensor_value_info("past_key_values.0.key", F, [1, "past", 8])],
+                          [helper.make_tensor_value_info("y", F, [1, 8]),
+                           helper.make_tensor_value_info("present.0.key", F, [1, "total", 8])])
+    src = tmp_path / "step.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    (tmp_path / "b.yaml").write_text("max_state_length: 3\n")
+    r = _cli("convert", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--name", "dec",
+             "--config", str(tmp_path / "b.yaml"))
+    assert r.returncode == 0, r.stderr
+    sess = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    xs = [np.random.default_rng(k).standard_normal((1, 1, 8)).astype(np.float32) for k in range(4)]
+    past, want = np.zeros((1, 0, 8), np.float32), []
+    for x in xs[:3]:
+        y, past = sess.run(None, {"x": x, "past_key_values.0.key": past})
+        want.append(y)
+    with TritonServer(tmp_path / "repo", mode="explicit", load_all=True) as s:
+        c = tg.InferenceServerClient(s.grpc_url)
+
+        def send(x, k):
+            i = tg.InferInput("x", [1, 1, 8], "FP32")
+            i.set_data_from_numpy(x)
+            return c.infer("dec", [i], sequence_id=77, sequence_start=k == 0).as_numpy("y")
+
+        for k in range(3):
+            np.testing.assert_allclose(send(xs[k], k), want[k], rtol=1e-6, atol=1e-6)
+        with pytest.raises(Exception, match="past max_state_length 3"):
+            send(xs[3], 3)
+        c.close()

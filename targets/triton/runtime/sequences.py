@@ -3,9 +3,10 @@ state from, an output of the next state): Triton's sequence batcher routes every
 sequence (one correlation ID) to this model with START/END flags, and this table holds each
 sequence's state between its requests. Clients send only the non-state inputs.
 
-A sequence's state starts at zeros on START and is dropped on END, after `idle_s` without a
-request, or never more than `max_sequences` at once (a START past that is refused, naming the
-limit). Imports numpy only; the serving runtime and `mcp-cli verify` both drive it.
+A sequence's state starts at zeros on START (a growing KV cache: empty, length 0 along the axis
+it grows on, at most `max_length` long) and is dropped on END, after `idle_s` without a request,
+or never more than `max_sequences` at once (a START past that is refused, naming the limit).
+Imports numpy only; the serving runtime and `mcp-cli verify` both drive it.
 """
 
 import time
@@ -58,11 +59,18 @@ class SequenceState:
         state = self.state(corrid, start)
         got = run({**feeds, **state}, list(outputs) + self.outputs)
         for p, nxt in zip(self.pairs, got[len(outputs):]):
-            if list(np.shape(nxt)) != list(p["shape"]):
+            shape, axis = list(np.shape(nxt)), p.get("grows_axis")
+            fits = len(shape) == len(p["shape"]) and all(a == b for k, (a, b) in enumerate(zip(shape, p["shape"]))
+                                                         if k != axis)
+            if not fits:
                 self.table.pop(corrid, None)
-                raise ValueError(f"state output {p['output']!r} has shape {list(np.shape(nxt))}, the state input "
+                raise ValueError(f"state output {p['output']!r} has shape {shape}, the state input "
                                  f"{p['input']!r} takes {p['shape']}: this model cannot be served stateful "
                                  "(convert it with --no-state)")
+            if axis is not None and shape[axis] > p["max_length"]:
+                self.table.pop(corrid, None)
+                raise ValueError(f"sequence {corrid}: state {p['input']!r} is {shape[axis]} long, past max_state_length "
+                                 f"{p['max_length']}: the sequence is dropped; start a new one")
         if end:
             self.table.pop(corrid, None)
         else:
