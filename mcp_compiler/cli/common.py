@@ -3,6 +3,7 @@ envelope), the common options, and parsers for flag values."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import traceback
@@ -55,10 +56,11 @@ def run(rep, debug: bool, fn: Callable[[], Any]) -> None:  # noqa: ANN001 - repo
     rep.finish(ok=True)
 
 
-def watchdog(rep, seconds: float, what: str):  # noqa: ANN001, ANN201 - report.Reporter; a Timer
-    """End the process after `seconds` with one error line (exit 1, TimeoutExceededError): the
-    only way out of an onnxruntime run that never returns (a signal handler would wait for it).
-    Cancel the returned timer when the work is done."""
+@contextlib.contextmanager
+def watchdog(rep, seconds: float, what: str):  # noqa: ANN001, ANN201 - report.Reporter; a context manager
+    """Inside it, the process ends after `seconds` with one error line (exit 1,
+    TimeoutExceededError): the only way out of an onnxruntime run that never returns (a signal
+    handler would wait for it). Leaving it cancels the timer (an in-process caller goes on)."""
     import os
     import sys
     import threading
@@ -72,7 +74,10 @@ def watchdog(rep, seconds: float, what: str):  # noqa: ANN001, ANN201 - report.R
     t = threading.Timer(seconds, fire)
     t.daemon = True
     t.start()
-    return t
+    try:
+        yield
+    finally:
+        t.cancel()
 
 
 DebugOpt = typer.Option(False, "--debug", help="Show tracebacks and debug logs.")

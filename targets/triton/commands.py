@@ -71,7 +71,8 @@ def serve(
         def stop(signum, frame):  # noqa: ANN001, ANN202
             raise KeyboardInterrupt
 
-        if poll and (explicit or not load):
+        load_all = load and not explicit
+        if poll and not load_all:
             raise UsageError("--poll loads the whole repository: it does not go with --no-load")
         mode = "poll" if poll else "explicit"
         # SIGTERM (kill, a service manager) stops it like Ctrl-C: the server and its folder go.
@@ -80,7 +81,7 @@ def serve(
         signal.signal(signal.SIGINT, stop)
         ports, notes = _ports(http_port, grpc_port, metrics_port)
         # the server keeps running when a model fails to load: the failures are reported below
-        server = TritonServer(repository, mode=mode, load_all=load and not explicit, http_port=ports["http"],
+        server = TritonServer(repository, mode=mode, load_all=load_all, http_port=ports["http"],
                               grpc_port=ports["grpc"], metrics_port=ports["metrics"],
                               extra_args=["--exit-on-error=false", "--strict-readiness=false"])
         failed = True
@@ -89,8 +90,7 @@ def serve(
                 server.start()
             try:
                 models = server.models()
-                loading = poll or (load and not explicit)
-                down = [m for m in models if m.get("state") != "READY"] if loading else []
+                down = [m for m in models if m.get("state") != "READY"] if load_all else []
                 if down and not allow_unavailable:
                     _unavailable(rep, down, len(models))
                 # the Ctrl-C that the last line printed invites may come before _wait's loop starts
@@ -197,8 +197,6 @@ def verify(
 
         from .verify import verify as run_verify
 
-        watchdog(rep, timeout_s, "verify")
-
         for flag, v in (("--rtol", rtol), ("--atol", atol)):
             if not 0 <= v < float("inf"):
                 raise UsageError(f"{flag} must be a finite number >= 0, got {v}")
@@ -212,8 +210,9 @@ def verify(
         judge = parse_budget(budget)
         if "top1" in judge:
             raise UsageError("--accuracy-budget: verify judges cos, max-abs and rel (top1 is the conversion's report)")
-        r = run_verify(original, where, samples=samples, dims=parse_dims(dims), rtol=rtol, atol=atol,
-                       inputs=inputs, budget=judge or None)
+        with watchdog(rep, timeout_s, "verify"):
+            r = run_verify(original, where, samples=samples, dims=parse_dims(dims), rtol=rtol, atol=atol,
+                           inputs=inputs, budget=judge or None)
         rep.verified(r)
         r.raise_if_failed()
 
@@ -464,7 +463,8 @@ def bench(
 
     The request is what the model accepts, as verify makes it, with free dims (a sequence length,
     an image side) at 128 unless --dims says otherwise; its shapes are printed first. An open-loop
-    point served under 95% of its rate, or past the queue timeout, is marked saturated. The client
+    point that serves under 95% of the requests it issued (or issues short of the rate beyond
+    Poisson noise), or whose p99 passes the queue timeout, is marked saturated. The client
     is tritonclient's asyncio gRPC client in this process; its CPU use is reported, so a saturated
     client shows. Exit 1 when the server cannot be reached or lacks the statistics extension; exit
     2 for bad flags.
@@ -485,7 +485,7 @@ def bench(
         say = _progress(rep)
 
         def shown(shapes: dict, notes: list[str]) -> None:
-            say("request: " + ", ".join(f"{k} {v['dtype']}[{', '.join(map(str, v['shape']))}]" for k, v in shapes.items()))
+            say(f"request: {_shapes_text(shapes)}")
 
         r = run_bench(target, loads, conn, batch_size=batch_size, window_s=window_s, max_windows=max_windows,
                       seconds=seconds, inputs=inputs, dims=parse_dims(dims), slo_ms=slo_p99_ms, on_inputs=shown,
@@ -520,12 +520,16 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _shapes_text(shapes: dict[str, dict]) -> str:
+    """bench.shapes_of() as a line: `input_ids int64[1, 128], mask int64[1, 128]`."""
+    return ", ".join(f"{k} {v['dtype']}[{', '.join(map(str, v['shape']))}]" for k, v in shapes.items())
+
+
 def _bench_table(rep, r) -> None:  # noqa: ANN001 - bench.BenchReport
     def f(v, fmt: str = "{:.2f}") -> str:  # noqa: ANN001
         return "-" if v is None else fmt.format(v)
 
-    shapes = ", ".join(f"{k} {v['dtype']}[{', '.join(map(str, v['shape']))}]" for k, v in r.inputs.items())
-    rep.out.print(f"{r.model} on {r.url}, batch {r.batch_size}; request {shapes}", markup=False)
+    rep.out.print(f"{r.model} on {r.url}, batch {r.batch_size}; request {_shapes_text(r.inputs)}", markup=False)
     slo = any(p.slo_attainment is not None for p in r.points)
     head = f"{'load':<18}{'req/s':>10}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'errors':>8}{'queue ms':>10}" \
            f"{'compute ms':>12}{'batch':>7}{'client cpu':>12}{'stable':>8}{'saturated':>11}" + (f"{'in SLO':>8}" if slo else "")
