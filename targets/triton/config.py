@@ -77,13 +77,15 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
     data, relative to the model's folder)."""
     warnings: list[str] = []
     state = _state_pairs(model, backend, p, warnings)
-    if state:
-        return _sequence_config(model, name, p, quantization, state, warnings)
     blocker = batch_blocker(model)
     batched = False
-    if p.dynamic_batch is True and blocker:
+    if state:   # Triton's sequence batcher serves it: one request per step of a sequence
+        if p.dynamic_batch:
+            raise UsageError("--dynamic-batch: a stateful model is served by the sequence batcher (--no-state "
+                             "serves it stateless with dynamic batching)")
+    elif p.dynamic_batch is True and blocker:
         raise UsageError(f"--dynamic-batch: cannot batch this model: {blocker}")
-    if p.dynamic_batch is not False:
+    elif p.dynamic_batch is not False:
         if blocker:
             warnings.append(f"dynamic batching off (max_batch_size 0): {blocker}")
         else:
@@ -99,6 +101,9 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
                         "tritonserver) has only the python backend and cannot load it (--backend python can)")
     cfg.max_batch_size = p.max_batch_size if batched else 0
     inputs, outputs = interface(model)
+    if state:   # the state stays on the server: not part of the served interface
+        kept = {x["input"] for x in state} | {x["output"] for x in state}
+        inputs, outputs = [v for v in inputs if v.name not in kept], [v for v in outputs if v.name not in kept]
     cfg.input.extend(_tensor_config(v, batched, mc.ModelInput) for v in inputs)
     cfg.output.extend(_tensor_config(v, batched, mc.ModelOutput) for v in outputs)
     if batched:
@@ -108,7 +113,9 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
         if p.max_queue_delay_us is not None:
             db.max_queue_delay_microseconds = p.max_queue_delay_us
         _queue_policy(db.default_queue_policy, p)
-    elif p.max_concurrent_requests is not None or p.inference_timeout_ms is not None:
+    elif state:
+        _sequence_batching(cfg.sequence_batching, p)
+    if not batched and (p.max_concurrent_requests is not None or p.inference_timeout_ms is not None):
         # Without dynamic batching Triton still queues requests in its sequence of one.
         warnings.append("max_concurrent_requests / inference_timeout_ms need dynamic batching; "
                         "set on the queue of a batching model only")
@@ -155,9 +162,17 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
     elif p.dequantize_at_load:
         warnings.append("dequantize_at_load applies to the python backend only (Triton's onnxruntime backend "
                         "takes no session configuration)")
+    if state:
+        params["mcp_state"] = json.dumps(state)
+        params["mcp_max_sequences"] = str(p.max_sequences)
+        warnings.append(f"stateful: {', '.join(x['input'] + '->' + x['output'] for x in state)} kept on the server "
+                        f"per sequence ({p.sequence_strategy} sequence batcher; clients send a sequence ID with "
+                        "START/END and only the other inputs; --no-state serves it stateless)")
+        if p.model_warmup:
+            warnings.append("model_warmup is not run for a stateful entry (a warm-up request has no sequence)")
     for k, v in params.items():
         cfg.parameters[k].string_value = v
-    files = _warmup(cfg, model, batched, p) if p.model_warmup else {}
+    files = _warmup(cfg, model, batched, p) if p.model_warmup and not state else {}
     return cfg, warnings, files
 
 
@@ -227,20 +242,9 @@ def _given_pair(model: Model, text: object) -> tuple[str, str]:
     return a, b
 
 
-def _sequence_config(model: Model, name: str, p: ServingParams, quantization: str, state: list[dict],
-                     warnings: list[str]) -> tuple[mc.ModelConfig, list[str], dict[str, bytes]]:
-    """A stateful entry: Triton's sequence batcher (direct or oldest) routes each sequence's
-    requests (correlation ID, START, END) to the runtime, which keeps the state; the state inputs
-    and outputs are not part of the served interface."""
-    if p.dynamic_batch:
-        raise UsageError("--dynamic-batch: a stateful model is served by the sequence batcher (--no-state serves "
-                         "it stateless with dynamic batching)")
-    cfg = mc.ModelConfig(name=name, backend="python", max_batch_size=0)
-    inputs, outputs = interface(model)
-    hidden_in, hidden_out = {s["input"] for s in state}, {s["output"] for s in state}
-    cfg.input.extend(_tensor_config(v, False, mc.ModelInput) for v in inputs if v.name not in hidden_in)
-    cfg.output.extend(_tensor_config(v, False, mc.ModelOutput) for v in outputs if v.name not in hidden_out)
-    sb = cfg.sequence_batching
+def _sequence_batching(sb, p: ServingParams) -> None:  # noqa: ANN001 - ModelSequenceBatching
+    """A stateful entry's sequence batcher (oldest, or direct): the runtime keeps each sequence's
+    state, routed to it by correlation ID with START/END/READY."""
     sb.max_sequence_idle_microseconds = p.max_sequence_idle_us
     if p.sequence_strategy == "oldest":
         sb.oldest.max_candidate_sequences = p.max_sequences
@@ -249,26 +253,8 @@ def _sequence_config(model: Model, name: str, p: ServingParams, quantization: st
     C = mc.ModelSequenceBatching.Control
     for ctl, kind in (("START", C.CONTROL_SEQUENCE_START), ("END", C.CONTROL_SEQUENCE_END),
                       ("READY", C.CONTROL_SEQUENCE_READY)):
-        ci = sb.control_input.add(name=ctl)
-        ci.control.add(kind=kind, int32_false_true=[0, 1])
-    ci = sb.control_input.add(name="CORRID")
-    ci.control.add(kind=C.CONTROL_SEQUENCE_CORRID, data_type=mc.TYPE_UINT64)
-    cfg.instance_group.add(count=p.instance_count, kind=mc.ModelInstanceGroup.KIND_CPU)
-    params = {"quantization_level": quantization, "tensor_parallel_size": str(p.tensor_parallel_size),
-              "mcp_runtime": "model.mcpir", "ort_prepack": "true" if p.prepack else "false",
-              "mcp_state": json.dumps(state), "mcp_max_sequences": str(p.max_sequences)}
-    scalars = [v.name for v in [*inputs, *outputs] if isinstance(v.type, TensorType)
-               and v.type.shape is not None and len(v.type.shape) == 0 and v.name not in hidden_in | hidden_out]
-    if scalars:
-        params["mcp_scalars"] = json.dumps(scalars)
-    for k, v in params.items():
-        cfg.parameters[k].string_value = v
-    if p.model_warmup:
-        warnings.append("model_warmup is not run for a stateful entry (a warm-up request has no sequence)")
-    warnings.append(f"stateful: {', '.join(s['input'] + '->' + s['output'] for s in state)} kept on the server per "
-                    f"sequence ({p.sequence_strategy} sequence batcher; clients send a sequence ID with START/END and "
-                    "only the other inputs; --no-state serves it stateless)")
-    return cfg, warnings, {}
+        sb.control_input.add(name=ctl).control.add(kind=kind, int32_false_true=[0, 1])
+    sb.control_input.add(name="CORRID").control.add(kind=C.CONTROL_SEQUENCE_CORRID, data_type=mc.TYPE_UINT64)
 
 
 def _dequantizes_weights(model: Model) -> bool:
