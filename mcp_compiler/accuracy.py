@@ -24,10 +24,7 @@ SAMPLES = 16   # the accuracy report's random samples (a budget met on 2 was mis
 
 def default_budget(level: str | None) -> dict[str, float]:
     """The budget a model quantized at `level` is judged by (empty: not quantized)."""
-    for key, budget in DEFAULT_BUDGETS.items():
-        if level and level.startswith(key):
-            return dict(budget)
-    return {}
+    return dict(DEFAULT_BUDGETS.get(level or "none", {}))
 
 
 @dataclass

@@ -204,10 +204,10 @@ def _check_quantization(input, fmt: str, model: Model, samples, options: Compile
     if report.quantization["quantized"]:
         _check_accuracy(input, fmt, model, samples, options, report, checked)
     else:
-        reasons: dict[str, int] = {}
-        for row in report.quantization.get("skipped", []):
-            reasons[row.get("reason", "?")] = reasons.get(row.get("reason", "?"), 0) + 1
-        why = "; ".join(f"{r} ({k})" for r, k in sorted(reasons.items(), key=lambda x: -x[1])[:3])
+        from collections import Counter
+
+        reasons = Counter(row.get("reason", "?") for row in report.quantization.get("skipped", []))
+        why = "; ".join(f"{r} ({k})" for r, k in reasons.most_common(3))
         report.warnings.append(f"--quantize: no weight was quantized{': ' + why if why else ''} "
                                "(the report's quantization.skipped lists each layer)")
 

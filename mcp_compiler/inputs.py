@@ -232,7 +232,7 @@ def _const(v: Value | None) -> np.ndarray | None:
     return None
 
 
-def _indexed(n, data: Value | None, axis: int, inferred: dict, symbols: set[str]):  # noqa: ANN001, ANN202
+def _indexed(data: Value | None, axis: int, inferred: dict, symbols: set[str]):  # noqa: ANN202
     """The size of `data`'s `axis` as inference knows it: an int, a symbol of the interface (the
     index is then bounded by whatever size the plan picks for it), or None."""
     if data is None:
@@ -267,13 +267,13 @@ def _domain(v: Value, inferred: dict | None = None, symbols: set[str] | None = N
             op = n.op_type if n.is_onnx() else ""
             if op in ("Gather", "GatherElements", "ScatterElements") and i == 1:
                 axis = n.attributes["axis"].value if "axis" in n.attributes else 0
-                size = _indexed(n, n.inputs[0], axis, inferred, symbols)
+                size = _indexed(n.inputs[0], axis, inferred, symbols)
                 if size is not None:
                     bounds.append((size, f"{op} {n.name!r} indexes {size} rows"))
             elif op in ("GatherND", "ScatterND") and i == 1:
                 b = n.attributes["batch_dims"].value if "batch_dims" in n.attributes else 0
                 k = x.type.shape[-1] if isinstance(x.type, TensorType) and x.type.shape else None
-                sizes = [_indexed(n, n.inputs[0], a, inferred, symbols) for a in range(b, b + k)] if isinstance(k, int) else []
+                sizes = [_indexed(n.inputs[0], a, inferred, symbols) for a in range(b, b + k)] if isinstance(k, int) else []
                 if sizes and all(s is not None for s in sizes):
                     ints = [s for s in sizes if isinstance(s, int)]
                     size = min(ints) if ints else sizes[0]
@@ -314,7 +314,7 @@ def make(model: Model, p: InputPlan, rng: np.random.Generator, *, sizes: dict[st
         sizes.update({d[0]: batch for d in p.shapes.values() if d and isinstance(d[0], str)})
     feeds = {}
     for v in interface(model):
-        shape = [d if isinstance(d, int) else sizes.get(d, 1) for d in p.shapes[v.name]]
+        shape = _shape_at(p, v, sizes)
         dt = DataType(v.type.elem_type)
         size = dt.nbytes(math.prod(shape))
         if size > limit:
@@ -327,12 +327,13 @@ def make(model: Model, p: InputPlan, rng: np.random.Generator, *, sizes: dict[st
     return feeds
 
 
+def _shape_at(p: InputPlan, v: Value, sizes: dict[str, int]) -> list[int]:
+    """Input `v`'s shape with its symbols at `sizes` (an unknown one at 1)."""
+    return [d if isinstance(d, int) else sizes.get(d, 1) for d in p.shapes[v.name]]
+
+
 def _sample_bytes(model: Model, p: InputPlan, sizes: dict[str, int]) -> int:
-    total = 0
-    for v in interface(model):
-        shape = [d if isinstance(d, int) else sizes.get(d, 1) for d in p.shapes[v.name]]
-        total += DataType(v.type.elem_type).nbytes(math.prod(shape))
-    return total
+    return sum(DataType(v.type.elem_type).nbytes(math.prod(_shape_at(p, v, sizes))) for v in interface(model))
 
 
 def _draw(dt: DataType, shape: list[int], how: tuple, rng: np.random.Generator, name: str,

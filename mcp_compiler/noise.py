@@ -50,17 +50,6 @@ def pin_onnx(proto: Any) -> int:
     return count
 
 
-def random_ops_in_onnx(path: Any) -> int:
-    """How many random nodes the ONNX file has (its weights are not read)."""
-    import onnx
-
-    try:
-        proto = onnx.load(str(path), load_external_data=False)
-    except Exception:  # noqa: BLE001 - unreadable here: the caller's own load says why
-        return 0
-    return sum(1 for n in _onnx_nodes(proto.graph) if n.domain in ("", "ai.onnx") and _random(n.op_type, list(n.input)))
-
-
 def pinned_onnx_session(path: Any, options: Any) -> tuple[Any, int]:
     """An onnxruntime session of the ONNX file with its random nodes seeded, and how many there
     were; (None, 0) when it has none or keeps its weights in external files (left as it is)."""
@@ -78,17 +67,20 @@ def pinned_onnx_session(path: Any, options: Any) -> tuple[Any, int]:
 
 # -- the IR (an .mcpir, a quantized model in memory) ------------------------------------------------
 
+def random_nodes(model: Any) -> list:
+    """The random nodes of an IR Model, subgraphs included."""
+    return [n for g in model.graph.graphs() for n in g.nodes if n.is_onnx() and _random(n.op_type, list(n.inputs))]
+
+
 def pin_ir(model: Any) -> list:
     """Give every random node of an IR Model the seed (in place); returns what `unpin_ir` needs to
     put the model back as it was (its length: how many nodes)."""
     from .ir import Attribute, AttrType
 
     undo = []
-    for g in model.graph.graphs():
-        for n in g.nodes:
-            if n.is_onnx() and _random(n.op_type, list(n.inputs)):
-                undo.append((n, n.attributes.get("seed")))
-                n.attributes["seed"] = Attribute("seed", AttrType.FLOAT, SEED)
+    for n in random_nodes(model):
+        undo.append((n, n.attributes.get("seed")))
+        n.attributes["seed"] = Attribute("seed", AttrType.FLOAT, SEED)
     return undo
 
 

@@ -181,9 +181,10 @@ def compare_with_original(input: str | os.PathLike, emitted, report: VerifyRepor
     from functools import partial
 
     from .frontend import load_onnx
-    from .noise import pinned_onnx_session, random_ops_in_onnx
+    from .noise import pinned_onnx_session, random_nodes
 
     model = load_onnx(input, check=False, infer_shapes=False).model
+    stochastic = bool(random_nodes(model))
     # One model in memory at a time (the original's outputs are kept, not its session), and no
     # prepacked weight copies: checking a 2 GB model costs about 2 GB, not 4 or 8.
     original, report.reference = open_original(input)
@@ -198,7 +199,7 @@ def compare_with_original(input: str | os.PathLike, emitted, report: VerifyRepor
         feeds, report.inputs = sample_inputs(model, report.dims, report.samples, seed, run=partial(original.run, None))
     report.samples = len(feeds)
     pinned = None
-    if random_ops_in_onnx(input):
+    if stochastic:
         # a stochastic model: the same noise in both, for the check only (the served one keeps it);
         # a fresh session, so that its generators start where the emitted model's will
         pinned, report.pinned_random = pinned_onnx_session(input, session_options())

@@ -35,6 +35,21 @@ def quiet_options(*, prepack: bool = True) -> ort.SessionOptions:
     return so
 
 
+def load_check(open_session, what: str) -> None:  # noqa: ANN001 - () -> a session
+    """`open_session()` (a session made with quiet_options(prepack=False) and dropped) must work:
+    a model onnxruntime refuses never becomes an output. LoadCheckError names `what` and the
+    first line of onnxruntime's reason."""
+    from .errors import LoadCheckError, McpError
+
+    try:
+        open_session()
+    except McpError:
+        raise
+    except Exception as e:  # noqa: BLE001 - onnxruntime's errors are not importable alike
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise LoadCheckError(f"the emitted model does not load in {what}: {first} (--no-load-check skips this check)") from None
+
+
 def create_session(model: Model, options: ort.SessionOptions | None = None,
                    providers: list[str] | None = None, *, prepack: bool = True) -> ort.InferenceSession:
     so = options or quiet_options()

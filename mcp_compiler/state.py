@@ -88,7 +88,7 @@ def _sinks(v: Value, outputs: set[int], depth: int = 12) -> set[int]:
     return found
 
 
-def _depends(model: Model, out: Value, inp: Value) -> bool:
+def _depends(out: Value, inp: Value) -> bool:
     """Whether `out` is computed from `inp`, through If/Loop/Scan bodies too (a body reads the
     values around it without listing them as the node's inputs)."""
     todo, seen = [out], set()
@@ -159,7 +159,7 @@ def find_state_pairs(model: Model) -> list[StatePair]:
             if o.name in taken or o.name.lower() not in names or _dtype(o) != _dtype(v):
                 continue
             a, b = _shape(v), _shape(o)
-            if a is None or b is None or len(a) != len(b) or not _depends(model, o, v):
+            if a is None or b is None or len(a) != len(b) or not _depends(o, v):
                 continue
             diff = [k for k, (x, y) in enumerate(zip(a, b)) if x != y]
             clash = [k for k in diff if isinstance(a[k], int) and isinstance(b[k], int)]

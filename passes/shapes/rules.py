@@ -631,14 +631,19 @@ def _v_slice(site: Site) -> tuple | None:
     return tuple(v[slice(s, min(e, BIG), st)])
 
 
+def _operands(site: Site) -> tuple[tuple, tuple] | None:
+    """The two operands' values broadcast to one length (a one-element one repeated), or None."""
+    a, b = site.values[0], site.values[1] if len(site.values) > 1 else None
+    if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
+        return None
+    n = max(len(a), len(b))
+    return (a * n if len(a) == 1 else a), (b * n if len(b) == 1 else b)
+
+
 def _v_arith(fn: Callable[[Dim, Dim], Dim]) -> Callable[[Site], tuple | None]:
     def rule(site: Site) -> tuple | None:
-        a, b = site.values[0], site.values[1] if len(site.values) > 1 else None
-        if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
-            return None
-        n = max(len(a), len(b))
-        a, b = (a * n if len(a) == 1 else a), (b * n if len(b) == 1 else b)
-        return tuple(fn(x, y) for x, y in zip(a, b))
+        ab = _operands(site)
+        return None if ab is None else tuple(fn(x, y) for x, y in zip(*ab))
     return rule
 
 
@@ -660,13 +665,11 @@ def _v_constant_of_shape(site: Site) -> tuple | None:
 
 def _v_equal(site: Site) -> tuple | None:
     """1/0 per element where it is known: equal ints, or a dim (>= 0) against a negative constant."""
-    a, b = site.values[0], site.values[1] if len(site.values) > 1 else None
-    if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
+    ab = _operands(site)
+    if ab is None:
         return None
-    n = max(len(a), len(b))
-    a, b = (a * n if len(a) == 1 else a), (b * n if len(b) == 1 else b)
     out = []
-    for x, y in zip(a, b):
+    for x, y in zip(*ab):
         if isinstance(x, int) and isinstance(y, int):
             out.append(int(x == y))
         elif (isinstance(x, int) and x < 0) or (isinstance(y, int) and y < 0):

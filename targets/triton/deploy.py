@@ -179,7 +179,7 @@ def _server_error(conn: Connection, e: BaseException, doing: str) -> McpError:
         return ServerAuthError(f"{conn.describe()} refused {doing} (token missing or wrong?): {msg}")
     if any(s in low for s in _TLS):
         return ServerAuthError(f"TLS with {conn.describe()} failed while {doing}: {msg}")
-    if "polling is enabled" in low or "explicit model load / unload is not allowed" in low:
+    if _polling(low):
         return ServerError(f"{conn.describe()} refuses loads and unloads while {doing}: it polls its repository "
                            "folder (Triton's --model-control-mode=poll; `mcp-cli serve --poll`). Start it with "
                            "`mcp-cli serve DIR` (loads DIR's models and accepts deploys) or --model-control-mode=explicit")
@@ -189,6 +189,11 @@ def _server_error(conn: Connection, e: BaseException, doing: str) -> McpError:
     if any(s in low for s in _UNREACHABLE):
         return ServerUnreachableError(f"cannot reach Triton at {conn.describe()} while {doing}: {msg}")
     return ServerError(f"{conn.describe()}: {doing} failed: {msg}")
+
+
+def _polling(low: str) -> bool:
+    """Triton's refusal of a load/unload when it polls its repository folder (lower-cased text)."""
+    return "polling is enabled" in low or "explicit model load / unload is not allowed" in low
 
 
 def _other_protocol_hint(conn: Connection, low: str) -> str | None:
@@ -216,7 +221,7 @@ def _load_error(conn: Connection, e: BaseException, name: str, version: int) -> 
     if isinstance(err, ServerAuthError):
         return err
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if err.__class__ is ServerError and "refuses loads and unloads" in str(err):
+    if _polling(msg.lower()):   # the server's mode, not the model: _server_error's own line says so
         return err
     return ServerLoadError(f"{conn.describe()} failed to load {name} v{version}: {msg}")
 
@@ -327,7 +332,8 @@ def _record(conn: Connection, name: str, config_json: str, files: dict[str, byte
     keep = state_keep()
     d = _state_path(conn, name)
     if keep == 0:
-        shutil.rmtree(d, ignore_errors=True)
+        if d.exists():
+            _drop(d)
         return None
     tmp = d.with_name(f".{d.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -353,11 +359,15 @@ def _prune(keep: int) -> list[Path]:
                       if (p / "index.json").is_file()), key=lambda p: (p / "index.json").stat().st_mtime)
     gone = records[:max(0, len(records) - keep)]
     for p in gone:
-        shutil.rmtree(p, ignore_errors=True)
-    for server in root.iterdir():
-        if server.is_dir() and not any(server.iterdir()):
-            server.rmdir()
+        _drop(p)
     return gone
+
+
+def _drop(record: Path) -> None:
+    """Remove a recorded deploy, and its server's folder when that is left empty."""
+    shutil.rmtree(record, ignore_errors=True)
+    if record.parent.is_dir() and not any(record.parent.iterdir()):
+        record.parent.rmdir()
 
 
 def forget(conn: Connection, name: str) -> Path | None:
@@ -365,9 +375,7 @@ def forget(conn: Connection, name: str) -> Path | None:
     d = _state_path(conn, name)
     if not d.exists():
         return None
-    shutil.rmtree(d, ignore_errors=True)
-    if d.parent.is_dir() and not any(d.parent.iterdir()):
-        d.parent.rmdir()
+    _drop(d)
     return d
 
 
@@ -645,7 +653,6 @@ def undeploy(name: str, conn: Connection, *, wait_timeout: float = 60.0) -> dict
         t0 = time.perf_counter()
         _call(conn, f"unloading {name}", c.unload_model, name, headers=conn.headers())
         deadline = time.monotonic() + wait_timeout
-        state = "UNLOADING"
         while True:
             mine = [r for r in _rows(c, conn) if r["name"] == name]
             states = {r["state"] for r in mine}

@@ -17,7 +17,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from mcp_compiler.errors import LoadCheckError, McpError, OutputError, OutputExistsError, UsageError
+from mcp_compiler.errors import OutputError, OutputExistsError, UsageError
 from mcp_compiler.files import follow_umask, write_error
 from mcp_compiler.ir import Model
 from mcp_compiler.lower import write_onnx
@@ -101,29 +101,22 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     return EmitResult(final, files, cfg, warnings)
 
 
-def load_check(vdir: Path, backend: str, model_file: Path | None = None) -> None:
+def load_check(vdir: Path, backend: str) -> None:
     """The entry's model loads in the runtime that will serve it (a session made and dropped, no
-    prepacked copies): a model onnxruntime refuses never becomes a finished entry (nor an
-    optimized .onnx: `model_file`)."""
+    prepacked copies): a model onnxruntime refuses never becomes a finished entry."""
+    from mcp_compiler.session import load_check as check
     from mcp_compiler.session import quiet_options
 
-    try:
-        if backend == "python":
-            from .verify import load_runtime
+    if backend == "python":
+        from .verify import load_runtime
 
-            load_runtime(vdir).MCPIRModel(vdir / "model.mcpir", options=quiet_options(prepack=False),
-                                          prepack=False)
-        else:
-            import onnxruntime as ort
+        check(lambda: load_runtime(vdir).MCPIRModel(vdir / "model.mcpir", options=quiet_options(prepack=False),
+                                                    prepack=False), "the serving runtime")
+    else:
+        import onnxruntime as ort
 
-            ort.InferenceSession(str(model_file or vdir / "model.onnx"), quiet_options(prepack=False),
-                                 providers=["CPUExecutionProvider"])
-    except McpError:
-        raise
-    except Exception as e:  # noqa: BLE001 - onnxruntime's errors are not importable alike
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise LoadCheckError(f"the emitted model does not load in {'the serving runtime' if backend == 'python' else 'onnxruntime'}"
-                             f": {first} (--no-load-check skips this check)") from None
+        check(lambda: ort.InferenceSession(str(vdir / "model.onnx"), quiet_options(prepack=False),
+                                           providers=["CPUExecutionProvider"]), "onnxruntime")
 
 
 def install_entry(src: Path, out_dir: Path, name: str) -> Path:
@@ -204,10 +197,7 @@ def _remove_stale(staging: Path, name: str) -> None:
     for p in staging.glob(f"{name}.*.tmp*"):  # and the .old entry a swap had moved aside
         pid = p.name[len(name) + 1:].split(".", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
+            _remove(p)
 
 
 def _alive(pid: int) -> bool:
@@ -243,7 +233,12 @@ def _swap_in(tmp: Path, final: Path) -> None:
             os.replace(old, final)
         raise
     if old is not None:
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:   # a regular file (or link) where the entry was: rmtree would leave it
-            old.unlink(missing_ok=True)
+        _remove(old)
+
+
+def _remove(p: Path) -> None:
+    """A folder, or a regular file or link where an entry was (rmtree would leave those)."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)

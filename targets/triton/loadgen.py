@@ -6,9 +6,10 @@ load runs in measurement windows; a point is stable when three windows in a row 
 10% on throughput and on p99 latency (perf_analyzer's rule), or after `seconds` when a fixed
 duration is asked. On a noisy machine the windows grow (twice as long after every three that
 disagree, up to 4x) and after `max_windows` the point is reported with the coefficient of
-variation of its windows' throughput instead of looping on. An open-loop point whose achieved
-rate is under 95% of the offered one, or whose p99 passes the timeout, is marked saturated; with
-an SLO each point reports the fraction of requests within it (SLO attainment). Triton's
+variation of its windows' throughput instead of looping on. An open-loop point that serves
+under 95% of the requests it issued, or issues short of the offered rate by more than three
+Poisson standard deviations, or whose p99 passes the timeout, is marked saturated; with an SLO
+each point reports the fraction of requests within it (SLO attainment). Triton's
 statistics API, read around the windows, splits the server's time into queue and compute and
 gives the average batch it executed; the client's own CPU time says when the client, not the
 server, is the bottleneck.
@@ -71,7 +72,7 @@ class Point:
     stable: bool | None          # None: a fixed --seconds window, not checked
     notes: list[str] = field(default_factory=list)
     cv: float | None = None      # coefficient of variation of the windows' throughput
-    saturated: bool = False      # open loop: achieved < 95% of offered, or p99 past the timeout
+    saturated: bool = False      # open loop: served < 95% of issued, issued short of the rate, or p99 past the timeout
     slo_attainment: float | None = None   # fraction of requests within the SLO (when one is given)
     slo_ms: float | None = None
 
@@ -168,9 +169,7 @@ async def measure(client, name: str, inputs: list, load: Load, *, batch_size: in
         n = sequence_length or 1
         while not stop.is_set():
             corrid = next(ids)
-            for k in range(n):
-                if stop.is_set() and k == 0:
-                    break
+            for k in range(n):   # a sequence begun is finished (its END sent), stop or not
                 await one(step(corrid, k, n))
 
     async def open_loop() -> None:

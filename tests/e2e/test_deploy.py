@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from _helpers import GOLDEN, ort_run
+from _helpers import GOLDEN, negated_mlp, ort_run, raising_copy
 
 from mcp_compiler import CompileOptions, compile_model
 
@@ -31,25 +30,14 @@ def _cli(*args: str, env=None):
 def entries(tmp_path_factory):
     d = tmp_path_factory.mktemp("entries")
     compile_model(MLP, d / "repo", CompileOptions.for_target("triton-v1.12", "mlp"))
-    m = onnx.load(MLP)  # a second model with other weights: tells the versions apart
-    w = onnx.numpy_helper.to_array(m.graph.initializer[0]) * -1
-    m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, m.graph.initializer[0].name))
-    onnx.save(m, d / "mlp2.onnx")
-    compile_model(d / "mlp2.onnx", d / "repo2", CompileOptions.for_target("triton-v1.12", "mlp"))
+    # a second model with other weights: tells the versions apart
+    compile_model(negated_mlp(d / "mlp2.onnx"), d / "repo2", CompileOptions.for_target("triton-v1.12", "mlp"))
     truncated = d / "truncated" / "mlp"
     shutil.copytree(d / "repo" / "mlp", truncated)
     data = (truncated / "1" / "model.mcpir").read_bytes()
     (truncated / "1" / "model.mcpir").write_bytes(data[:len(data) // 2])  # caught before uploading
-    broken = d / "broken" / "mlp"
-    shutil.copytree(d / "repo" / "mlp", broken)
-    py = (broken / "1" / "model.py").read_text()  # passes every local check, fails in initialize
-    (broken / "1" / "model.py").write_text(py.replace("    def initialize(self, args):\n",
-                                                      "    def initialize(self, args):\n        raise RuntimeError('no weights here')\n"))
-    bad_smoke = d / "badsmoke" / "mlp"
-    shutil.copytree(d / "repo" / "mlp", bad_smoke)
-    py = (bad_smoke / "1" / "model.py").read_text()
-    (bad_smoke / "1" / "model.py").write_text(py.replace("    def execute(self, requests):\n",
-                                                         "    def execute(self, requests):\n        raise RuntimeError('boom')\n"))
+    broken = raising_copy(d / "repo" / "mlp", d / "broken" / "mlp", "initialize", "no weights here")
+    bad_smoke = raising_copy(d / "repo" / "mlp", d / "badsmoke" / "mlp", "execute", "boom")
     return {"v1": d / "repo" / "mlp", "v2": d / "repo2" / "mlp", "broken": broken, "bad_smoke": bad_smoke,
             "truncated": truncated,
             "mlp2": d / "mlp2.onnx"}

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import onnx
 import pytest
-from _helpers import GOLDEN, ort_run
+from _helpers import GOLDEN, negated_mlp, ort_run, raising_copy
 
 from mcp_compiler import CompileOptions, compile_model
 
@@ -34,16 +34,9 @@ def repos(tmp_path_factory):
     d = tmp_path_factory.mktemp("loop")
     compile_model(MLP, d / "repo", CompileOptions.for_target("triton-v1.12", "mlp"))
     compile_model(CONVNET, d / "repo2", CompileOptions.for_target("triton-v1.12", "convnet"))
-    m = onnx.load(MLP)   # other weights under the same name and version: a changed deploy
-    w = onnx.numpy_helper.to_array(m.graph.initializer[0]) * -1
-    m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, m.graph.initializer[0].name))
-    onnx.save(m, d / "mlp_neg.onnx")
-    compile_model(d / "mlp_neg.onnx", d / "repo_neg", CompileOptions.for_target("triton-v1.12", "mlp"))
-    broken = d / "broken" / "mlp"
-    shutil.copytree(d / "repo" / "mlp", broken)
-    py = (broken / "1" / "model.py").read_text()
-    (broken / "1" / "model.py").write_text(py.replace("    def initialize(self, args):\n",
-                                                      "    def initialize(self, args):\n        raise RuntimeError('no weights here')\n"))
+    # other weights under the same name and version: a changed deploy
+    compile_model(negated_mlp(d / "mlp_neg.onnx"), d / "repo_neg", CompileOptions.for_target("triton-v1.12", "mlp"))
+    raising_copy(d / "repo" / "mlp", d / "broken" / "mlp", "initialize", "no weights here")
     return d
 
 
