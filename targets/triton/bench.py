@@ -163,9 +163,11 @@ def _batched(feeds: dict[str, np.ndarray], cfg: Any, batch_size: int) -> dict[st
 
 def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int, dims: dict[str, int],
                   length: int) -> tuple[dict, list[str]]:
-    """A request from the server's config alone: each -1 dim at `length` (or `--dims INPUT.AXIS=N`,
-    the axis as the model sees it, batch at 0; `--dims '*=N'` for every -1 dim), floats from
-    N(0, 1), integers from [0, 3) (valid token ids and indices of any table)."""
+    """A request from the server's config alone: each -1 dim at `length`, but axis 0 of a
+    multi-dim input of a config without batching at 1 (that axis is the batch Triton could not
+    take over) (`--dims INPUT.AXIS=N` sets one, the axis as the model sees it, batch at 0;
+    `--dims '*=N'` every -1 dim), floats from N(0, 1), integers from [0, 3) (valid token ids and
+    indices of any table)."""
     from tritonclient.grpc import model_config_pb2 as mc
     from tritonclient.utils import triton_to_np_dtype
 
@@ -185,7 +187,8 @@ def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int, d
         shape = [1] if batched else []
         for a, d in enumerate(i.dims):
             key = f"{i.name}.{a + batched}"
-            size = d if d > 0 else dims.get(key, dims.get("*", length))
+            guess = 1 if not batched and a == 0 and len(i.dims) >= 2 else length
+            size = d if d > 0 else dims.get(key, dims.get("*", guess))
             if d < 0:
                 chosen.append(f"{key}={size}")
             shape.append(size)

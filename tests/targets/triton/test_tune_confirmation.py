@@ -105,3 +105,21 @@ def test_bootstrap_interval_and_labels():
     s = T.Setting(True, 16, (), 100, 2, 1)
     assert T.label(s) == "b16 d100us i2t1" and T.label(T.Setting(False, 0)) == "nb i1tall"
     assert T.Setting(True, 8, intra_op_threads=4).normalized(2).intra_op_threads == 0
+
+
+def test_remote_request_from_a_config_without_batching():
+    """A config without batching keeps the batch in its dims: axis 0 of a multi-dim input is sent
+    at 1, the other -1 dims at 128 (a khmer tagger with a batch fixed at 1 inside failed every
+    request at [128, 128]); a rank-1 input's -1 is a length; --dims sets any of them."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from mcp_compiler.targets.triton.bench import _remote_feeds
+
+    cfg = mc.ModelConfig(name="tagger", max_batch_size=0)
+    cfg.input.add(name="x", data_type=mc.TYPE_INT64, dims=[-1, -1])
+    cfg.input.add(name="wave", data_type=mc.TYPE_FP32, dims=[-1])
+    feeds, notes = _remote_feeds(cfg, None, 1, {}, 128)
+    assert feeds["x"].shape == (1, 128) and feeds["wave"].shape == (128,)
+    assert "x.0=1, x.1=128, wave.0=128" in notes[0]
+    feeds, _ = _remote_feeds(cfg, None, 1, {"x.0": 4}, 128)
+    assert feeds["x"].shape == (4, 128)
