@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 import urllib.error
@@ -163,7 +164,8 @@ def _path(p: Path | None) -> str | None:
     return str(p)
 
 
-_AUTH = ("restricted", "expecting header", "unauthenticated", "permission denied", "401", "403")
+_AUTH = ("restricted", "expecting header", "unauthenticated", "permission denied")
+_AUTH_STATUS = re.compile(r"(?<![\d:.])40[13](?![\d.])")   # HTTP 401/403, not a port like :40111
 _UNREACHABLE = ("unavailable", "connection refused", "failed to connect", "connect call failed",
                 "name or service not known", "no route", "timed out", "timeout", "deadline exceeded",
                 "temporary failure in name resolution", "cannot assign requested address")
@@ -175,7 +177,7 @@ def _server_error(conn: Connection, e: BaseException, doing: str) -> McpError:
     credentials (token or TLS), or anything else the server answered."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     low = msg.lower()
-    if any(s in low for s in _AUTH):
+    if any(s in low for s in _AUTH) or _AUTH_STATUS.search(low):
         return ServerAuthError(f"{conn.describe()} refused {doing} (token missing or wrong?): {msg}")
     if any(s in low for s in _TLS):
         return ServerAuthError(f"TLS with {conn.describe()} failed while {doing}: {msg}")
