@@ -65,8 +65,12 @@ def _tensor_config(v: Value, batched: bool, cls):  # noqa: ANN001, ANN202
     shape = t.shape[1:] if batched else t.shape
     if len(shape) == 0:
         # Triton has no scalars in a model without batching: one travels as [1], and the
-        # runtime gives the model [] (the `mcp_scalars` parameter names them)
-        return cls(name=v.name, data_type=TRITON_DTYPES[t.elem_type], dims=[1])
+        # runtime gives the model [] (the `mcp_scalars` parameter names them). A [batch] value
+        # of a batching model travels as [batch, 1]: the config's reshape gives the model [batch].
+        c = cls(name=v.name, data_type=TRITON_DTYPES[t.elem_type], dims=[1])
+        if batched:
+            c.reshape.SetInParent()
+        return c
     return cls(name=v.name, data_type=TRITON_DTYPES[t.elem_type],
                dims=[d if isinstance(d, int) else -1 for d in shape])
 

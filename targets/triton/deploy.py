@@ -2,7 +2,7 @@
 
 `load_model(name, config=JSON, files={"file:<v>/<path>": bytes})` uploads the version folder in
 the request, so the server's own repository need not be writable by the user. The config sent
-carries the SHA-256 of the files (`mcp_content_sha256`): changed files always change the config,
+carries the SHA-256 of the files and the config (`mcp_content_sha256`): a change to either changes it,
 so Triton really reloads, and what the server serves can be checked against what was sent.
 
 The last good deploy of each model on each server is kept under the state folder
@@ -470,9 +470,22 @@ def smoke_inputs(cfg: Any, local: Path, inputs: str | os.PathLike | None = None,
         else:
             probe(model, p, run)
         feeds = make(model, p, np.random.default_rng(0), batch=1 if cfg.max_batch_size > 0 else None)
-    dims_of = {i.name: list(i.dims) for i in cfg.input}
-    # a scalar travels as [1] (the config reshapes it to [] for the model)
-    return {k: (v.reshape(1) if v.ndim == 0 and dims_of[k] == [1] else v) for k, v in feeds.items() if k in dims_of}
+    return wire_feeds(cfg, feeds)
+
+
+def wire_feeds(cfg: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Feeds shaped as the model takes them -> as Triton takes them: a scalar travels as [1]
+    (the runtime gives the model []), a batching model's [batch] value as [batch, 1] (the
+    config's reshape gives the model [batch])."""
+    batched = cfg.max_batch_size > 0
+    out = {}
+    for i in cfg.input:
+        if i.name in feeds:
+            v = feeds[i.name]
+            if list(i.dims) == [1] and v.ndim == (1 if batched else 0):
+                v = v.reshape(-1, 1) if batched else v.reshape(1)
+            out[i.name] = v
+    return out
 
 
 def _at_axis0(p: Any, symbol: str) -> bool:
@@ -532,7 +545,10 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
     reloaded (`unchanged`)."""
     cfg, v, local, files = read_entry(Path(entry), version)
     name = name or cfg.name
-    digest = content_sha256(files)
+    if CONTENT_KEY in cfg.parameters:
+        del cfg.parameters[CONTENT_KEY]
+    # the config is part of what is served: the same files under another config are a change
+    digest = content_sha256({**files, "config": _config_json(cfg, name).encode()})
     cfg.parameters[CONTENT_KEY].string_value = digest
     config_json = _config_json(cfg, name)
     total = sum(len(b) for b in files.values()) + len(config_json)
@@ -555,7 +571,7 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
         if v in report.previous_versions and served == digest:
             report.unchanged = True
         elif v in report.previous_versions and not force:
-            raise UsageError(f"{name} v{v} is serving on {conn.describe()} with other files"
+            raise UsageError(f"{name} v{v} is serving on {conn.describe()} with other files or config"
                              f"{'' if served else ' (not deployed by mcp-cli)'}: --force replaces it, "
                              f"or give another --model-version")
         t0 = time.perf_counter()

@@ -200,6 +200,16 @@ def test_redeploy_same_version_reloads_or_refuses(repos, env):
         assert rep["unchanged"] is False and rep["load_seconds"] > 0.2, rep   # a stub really started
         np.testing.assert_allclose(_infer(grpc, "mlp", {"x": x}, "y"),
                                    ort_run(repos / "mlp_neg.onnx", {"x": x})[0], rtol=1e-6)
+        # the same files under another config (a larger max_batch_size) are a change too
+        cfg_only = repos.parent / f"{repos.name}_cfg" / "mlp"
+        if not cfg_only.exists():
+            shutil.copytree(repos / "repo_neg" / "mlp", cfg_only)
+            text = (cfg_only / "config.pbtxt").read_text()
+            (cfg_only / "config.pbtxt").write_text(re.sub(r"max_batch_size: \d+", "max_batch_size: 3", text))
+        r = _cli("deploy", str(cfg_only), "--url", grpc, env=env)
+        assert r.returncode == 2 and "other files or config" in r.stderr, r.stdout + r.stderr
+        r = _cli("deploy", str(cfg_only), "--url", grpc, "--force", "--json", env=env)
+        assert r.returncode == 0 and json.loads(r.stdout)["unchanged"] is False, r.stdout + r.stderr
         # a model.py that raises at load, forced over it: the load failure, the old one still serving
         r = _cli("deploy", str(repos / "broken" / "mlp"), "--url", grpc, "--force", env=env)
         assert r.returncode == 1 and "no weights here" in r.stderr and "still serving" in r.stderr, r.stderr

@@ -268,3 +268,33 @@ def test_unknown_operator_domain_is_unsupported(tmp_path):
     r = _convert("-i", str(tmp_path / "evil.onnx"), "-t", T, "-o", str(tmp_path / "repo"))
     assert r.exit_code == 1
     assert "no operator domain 'com.evil' (node 'n1', op com.evil.Op)" in r.output
+
+
+def test_a_batch_only_value_travels_as_batch_by_one(tmp_path):
+    """A batching model's [N] value (sequence lengths beside [N, T] data, as real recognizers
+    and diacritizers take): Triton needs a dim past the batch, so it travels as [N, 1] and the
+    config's reshape gives the model [N]; deploy's smoke request is shaped to match."""
+    from mcp_compiler.targets.triton.deploy import read_entry, smoke_inputs
+
+    nodes = [helper.make_node("Cast", ["lengths"], ["lf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["lf", "one"], ["l2"]),
+             helper.make_node("Mul", ["x", "l2"], ["y"]),
+             helper.make_node("Identity", ["lengths"], ["lengths_out"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+                                       helper.make_tensor_value_info("lengths", TensorProto.INT64, ["N"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4]),
+                           helper.make_tensor_value_info("lengths_out", TensorProto.INT64, ["N"])],
+                          [helper.make_tensor("one", TensorProto.INT64, [1], [1])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    r = _convert(str(tmp_path / "m.onnx"), "-t", T, "-o", str(tmp_path / "repo"), "--name", "m")
+    assert r.exit_code == 0, r.output
+    cfg = _config(tmp_path / "repo" / "m")
+    assert cfg.max_batch_size > 0
+    by_name = {v.name: v for v in [*cfg.input, *cfg.output]}
+    for name in ("lengths", "lengths_out"):
+        assert list(by_name[name].dims) == [1] and by_name[name].HasField("reshape")
+        assert list(by_name[name].reshape.shape) == []
+    assert not by_name["x"].HasField("reshape")
+    parsed, _, local, _ = read_entry(tmp_path / "repo" / "m", None)
+    feeds = smoke_inputs(parsed, local)
+    assert feeds["lengths"].shape == (1, 1) and feeds["x"].shape == (1, 4)
