@@ -254,10 +254,16 @@ def _connection(url: str, protocol: Optional[Protocol], ssl: bool, root_cert: Op
 @command("deploy", "mcp-cli deploy model_repository/model --url grpc://127.0.0.1:8001",
          "mcp-cli deploy model_repository/model --url http://127.0.0.1:8000 --model-version 2",
          "mcp-cli deploy model_repository/model --url triton:8001 --ssl --root-cert ca.pem --rollback-on-failure",
-         "mcp-cli deploy model_repository/model --url 127.0.0.1:8001 --dry-run --json")
+         "mcp-cli deploy model_repository/model --url 127.0.0.1:8001 --dry-run --json",
+         "mcp-cli deploy model_repository/model --kserve --storage-uri s3://bucket/model_repository "
+         "--image registry/mcp-triton:24.10 --min-replicas 1 --max-replicas 4 -o manifests/",
+         "mcp-cli deploy model_repository/model --kserve ... --from-tune tune.json --canary-percent 10",
+         "mcp-cli deploy model_repository/model --kserve --dockerfile > Dockerfile")
 def deploy(
     entry: Path = typer.Argument(..., help="The repository entry to push: DIR/NAME."),
-    url: str = UrlOpt, protocol: Protocol = ProtoOpt,
+    url: Optional[str] = typer.Option(None, "--url", help="The Triton server: grpc://HOST:PORT, http://HOST:PORT "
+                                      "(as `serve` prints them), or HOST:PORT with --protocol."),
+    protocol: Protocol = ProtoOpt,
     model_version: Optional[int] = typer.Option(None, "--model-version", help="Version number on the server "
                                                 "(default: the entry's newest version folder)."),
     version: Optional[int] = typer.Option(None, "--version", hidden=True, help="Same as --model-version."),
@@ -275,14 +281,53 @@ def deploy(
     force: bool = typer.Option(False, "--force", help="Replace the same version serving other files."),
     ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt, client_cert: Optional[Path] = CertOpt,
     client_key: Optional[Path] = KeyOpt, token: Optional[str] = TokenOpt, token_header: str = HeaderOpt,
-    timeout: float = TimeoutOpt, json_out: bool = JsonOpt, debug: bool = DebugOpt,
+    timeout: float = TimeoutOpt,
+    kserve: bool = typer.Option(False, "--kserve", rich_help_panel="Kubernetes (KServe)",
+                                help="Write Kubernetes manifests instead of pushing to one server: a KServe "
+                                "InferenceService, and a plain Deployment + Service + HPA (plain/)."),
+    output: Path = typer.Option(Path("manifests"), "-o", "--output", rich_help_panel="Kubernetes (KServe)",
+                                help="Folder for the manifests."),
+    storage_uri: Optional[str] = typer.Option(None, "--storage-uri", rich_help_panel="Kubernetes (KServe)",
+                                              help="Where the model repository (DIR) is uploaded: s3://, gs://, pvc://."),
+    min_replicas: int = typer.Option(1, "--min-replicas", rich_help_panel="Kubernetes (KServe)",
+                                     help="Replicas at the least (0: KServe scales to zero when idle)."),
+    max_replicas: int = typer.Option(4, "--max-replicas", rich_help_panel="Kubernetes (KServe)",
+                                     help="Replicas at the most."),
+    canary_percent: Optional[int] = typer.Option(None, "--canary-percent", rich_help_panel="Kubernetes (KServe)",
+                                                 help="An update of a running InferenceService that routes this % "
+                                                 "to the new revision."),
+    promote: bool = typer.Option(False, "--promote", rich_help_panel="Kubernetes (KServe)",
+                                 help="An update that routes all traffic to the latest revision."),
+    namespace: str = typer.Option("default", "--namespace", rich_help_panel="Kubernetes (KServe)",
+                                  help="The Kubernetes namespace of the objects."),
+    from_tune: Optional[Path] = typer.Option(None, "--from-tune", rich_help_panel="Kubernetes (KServe)",
+                                             help="A `tune --json` report: autoscale on the concurrency its best "
+                                             "configuration held within the SLO (default: CPU at 70%)."),
+    image: Optional[str] = typer.Option(None, "--image", rich_help_panel="Kubernetes (KServe)",
+                                        help="The server image (a python-backend entry needs onnxruntime in it: "
+                                        "see --dockerfile)."),
+    service_name: Optional[str] = typer.Option(None, "--service-name", rich_help_panel="Kubernetes (KServe)",
+                                               help="The Kubernetes name (default: from the model's name)."),
+    apply: bool = typer.Option(False, "--apply", rich_help_panel="Kubernetes (KServe)",
+                               help="Also create or update them through the Kubernetes API (the kubeconfig's cluster)."),
+    plain: bool = typer.Option(False, "--plain", rich_help_panel="Kubernetes (KServe)",
+                               help="With --apply: apply the Deployment + Service + HPA, not the InferenceService."),
+    kubeconfig: Optional[str] = typer.Option(None, "--kubeconfig", rich_help_panel="Kubernetes (KServe)",
+                                             help="Default: $KUBECONFIG or ~/.kube/config."),
+    dockerfile: bool = typer.Option(False, "--dockerfile", rich_help_panel="Kubernetes (KServe)",
+                                    help="Print the Dockerfile of a server image for python-backend entries; write nothing."),
+    json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
-    """Upload a model to a running Triton (model repository extension), wait for READY, smoke-test it.
+    """Upload a model to a running Triton (model repository extension), wait for READY, smoke-test it;
+    or, with --kserve, write the Kubernetes manifests that serve it on a cluster.
 
     The server must accept loads: `mcp-cli serve` does by default (not with --poll). Each
     successful deploy is kept for --rollback-on-failure under $MCP_STATE_DIR (default
     ~/.local/state/mcp-cli/deployments; at most $MCP_STATE_KEEP of them, default 8; `undeploy`
     removes it). The same version serving other files needs --force.
+
+    --kserve validates every manifest before writing any (Kubernetes' schemas, the KServe SDK's
+    types; `pip install 'mcp-cli[kube]'`), and prints the `kubectl apply -f` line.
     """
     rep = reporter(json_out)
 
@@ -291,6 +336,21 @@ def deploy(
 
         if version is not None and model_version is not None and version != model_version:
             raise UsageError("give the version once: --model-version")
+        if kserve or dockerfile:
+            if url is not None:
+                raise UsageError("--kserve writes manifests for a cluster; --url pushes to one server: give one")
+            return _kserve(rep, entry, json_out, dockerfile, output, apply, plain, kubeconfig, timeout,
+                           dict(storage_uri=storage_uri, namespace=namespace, name=service_name,
+                                min_replicas=min_replicas, max_replicas=max_replicas, canary_percent=canary_percent,
+                                promote=promote, tune_report=from_tune, image=image,
+                                model_version=model_version if model_version is not None else version))
+        k8s_only = [f for f, v in (("--storage-uri", storage_uri), ("--canary-percent", canary_percent),
+                                   ("--from-tune", from_tune), ("--image", image), ("--apply", apply),
+                                   ("--promote", promote)) if v]
+        if k8s_only:
+            raise UsageError(f"{k8s_only[0]} goes with --kserve")
+        if url is None:
+            raise UsageError("missing --url: the Triton server to push to (or --kserve for Kubernetes manifests)")
         conn = _connection(url, protocol, ssl, root_cert, client_cert, client_key, token, token_header, timeout)
         with rep.status(f"deploying {entry} to {conn.describe()}"):
             r = run_deploy(entry, conn, name=name, version=model_version if model_version is not None else version,
@@ -301,6 +361,48 @@ def deploy(
             _deployed(rep, r, conn)
 
     run(rep, debug, body)
+
+
+def _kserve(rep, entry: Path, json_out: bool, dockerfile: bool, output: Path, apply: bool, plain: bool,  # noqa: ANN001
+            kubeconfig: Optional[str], timeout: float, request: dict) -> None:
+    from . import kserve as ks
+
+    if dockerfile:
+        rep.out.print(ks.dockerfile_text().rstrip("\n"), markup=False)
+        return
+    if plain and not apply:
+        raise UsageError("--plain picks what --apply applies; both are written without it")
+    if request["storage_uri"] is None:
+        raise UsageError("--kserve needs --storage-uri: where the model repository (the folder holding "
+                         f"{Path(entry).name}/) is uploaded, e.g. s3://bucket/model_repository")
+    with rep.status(f"writing and validating the manifests of {entry}"):
+        m = ks.build(entry, ks.KServeRequest(**request))
+        written = ks.write(m, output)
+        applied = ks.apply(m, plain=plain, kubeconfig=kubeconfig, timeout=timeout) if apply else []
+    rep.json({**m.to_dict(), "written": [str(p) for p in written], "applied": applied})
+    if json_out:
+        return
+    s = m.scaling
+    res = m.resources["resources"]
+    rep.out.print(f"{m.service_name}: InferenceService (KServe, Triton {ks.TRITON_RUNTIME_VERSION}) and a plain "
+                  f"Deployment + Service + HPA for {m.model_name}", markup=False)
+    rep.out.print(f"  replicas {request['min_replicas']}..{request['max_replicas']}, autoscaling on {s['metric']} "
+                  f"at {s['target']}{'%' if s['metric'] == 'cpu' else ' in flight per replica'} ({s['source']})",
+                  markup=False)
+    rep.out.print(f"  per replica: cpu {res['requests']['cpu']}, memory {res['requests']['memory']} "
+                  f"(limit {res['limits']['memory']}){', 1 GPU' if m.resources['gpu'] else ''}; weights "
+                  f"{m.resources['weights_bytes'] / 2**20:.1f} MiB x {m.resources['instances']} instance(s)",
+                  markup=False)
+    for p in written:
+        rep.out.print(f"  wrote {p}", markup=False)
+    for note in m.notes:
+        rep.out.print(f"  note: {note}", markup=False)
+    for line in applied:
+        rep.out.print(f"  applied {line}", markup=False)
+    if not applied:
+        rep.out.print(f"next: upload {Path(entry).parent}/ to {request['storage_uri']}, then "
+                      f"kubectl apply -f {output / 'inferenceservice.yaml'}   (without KServe: kubectl apply -f "
+                      f"{output / 'plain' / 'triton.yaml'})", markup=False)
 
 
 def _deployed(rep, r, conn) -> None:  # noqa: ANN001

@@ -1,0 +1,447 @@
+"""Kubernetes manifests for a repository entry: a KServe InferenceService with a Triton predictor,
+and a plain Deployment + Service + HorizontalPodAutoscaler for clusters without KServe.
+
+What a user would otherwise work out by hand comes from the entry and, when given, from a `tune`
+report: CPU and memory from the weights, the instance count and the threads; a GPU when the
+config's instances are GPU ones; the autoscaling target from the concurrency the tuned
+configuration held within its SLO. Every manifest is validated before any is written (core
+kinds against the Kubernetes schemas with kubernetes-validate, the InferenceService through the
+KServe SDK's model types); one that does not validate is never written. `--apply` sends them
+through the Kubernetes API (the `kubernetes` client) when a kubeconfig is present.
+
+The libraries are the `kube` extra (`pip install 'mcp-cli[kube]'`); without them, one line says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp_compiler.errors import McpError, UsageError
+
+# The Triton release the local `mcp-cli serve` runs (tritonserver 2.51 from nvidia-pytriton 0.7.0)
+# is NGC's 24.10 image: manifests ask for the same, so what was verified here is what runs there.
+TRITON_RUNTIME_VERSION = "24.10-py3"
+TRITON_IMAGE = f"nvcr.io/nvidia/tritonserver:{TRITON_RUNTIME_VERSION}"
+KUBERNETES_VERSION = "1.30.0"    # the schemas the core kinds are checked against
+STORAGE_SCHEMES = ("s3://", "gs://", "pvc://", "https://", "hdfs://", "webhdfs://", "oci://")
+HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
+# Memory, from what `mcp-cli serve` used here (2026-12-04, RSS after bench at length 128): the server
+# 39 MiB, each python-backend stub 76-85 MiB with 4-7 MB of weights. A pod also holds each stub's
+# shared-memory pool (64 MiB by default, tmpfs counted against the pod) and a batch's activations:
+# the server and pool base, plus per instance a working set and the weights twice (the mapped
+# .mcpir and onnxruntime's copy). The limit is twice the request.
+BASE_MEMORY_MIB, INSTANCE_MEMORY_MIB = 256, 192
+DEFAULT_CPU_TARGET = 70          # % of the CPU request, when no tune report gives a concurrency
+MANAGED_BY = {"app.kubernetes.io/managed-by": "mcp-cli"}
+
+
+class KubeLibraryError(UsageError):
+    """The `kube` extra is not installed."""
+
+
+@dataclass
+class KServeRequest:
+    storage_uri: str
+    namespace: str = "default"
+    name: str | None = None               # the InferenceService's name (default: from the model's)
+    min_replicas: int = 1
+    max_replicas: int = 4
+    canary_percent: int | None = None     # an update routing this % to the new revision
+    promote: bool = False                 # an update making the new revision the default
+    tune_report: Path | None = None
+    image: str | None = None              # the server image (python-backend entries need onnxruntime in it)
+    model_version: int | None = None
+
+
+@dataclass
+class Manifests:
+    files: dict[str, list[dict]]          # file name -> its documents
+    service_name: str
+    model_name: str
+    resources: dict[str, Any]
+    scaling: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    dockerfile: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"service": self.service_name, "model": self.model_name, "files": sorted(self.files),
+                "resources": self.resources, "scaling": self.scaling, "notes": self.notes}
+
+
+def _lib(module: str):  # noqa: ANN202
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise KubeLibraryError(f"{module.split('.')[0]} is not installed: pip install 'mcp-cli[kube]' "
+                               "(kubernetes, kubernetes-validate, kserve)") from None
+
+
+def service_name(name: str) -> str:
+    """A Kubernetes name (DNS-1035 label) from a model name: lower case, '-' for what is not
+    alphanumeric; KServe adds suffixes, so at most 45 characters."""
+    s = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    s = re.sub(r"-{2,}", "-", s)
+    if not s or not s[0].isalpha() or len(s) > 45:
+        raise UsageError(f"cannot make a Kubernetes name from {name!r} (a letter first, at most 45 of a-z 0-9 -): "
+                         "give --service-name")
+    return s
+
+
+def _check_request(req: KServeRequest) -> None:
+    if not req.storage_uri.startswith(STORAGE_SCHEMES):
+        raise UsageError(f"--storage-uri {req.storage_uri!r}: expected the model repository's folder as "
+                         f"{', '.join(s + '...' for s in STORAGE_SCHEMES[:3])} (KServe downloads it)")
+    if req.min_replicas < 0 or req.max_replicas < 1 or req.min_replicas > req.max_replicas:
+        raise UsageError(f"--min-replicas {req.min_replicas} / --max-replicas {req.max_replicas}: need "
+                         "0 <= min <= max and max >= 1")
+    if req.canary_percent is not None and not 0 < req.canary_percent < 100:
+        raise UsageError(f"--canary-percent must be between 1 and 99, got {req.canary_percent}")
+    if req.canary_percent is not None and req.promote:
+        raise UsageError("--canary-percent and --promote are two steps: route a share first, promote later")
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", req.namespace):
+        raise UsageError(f"--namespace {req.namespace!r} is not a Kubernetes namespace name")
+
+
+def resources_for(cfg: Any, local: Path) -> dict[str, Any]:
+    """CPU and memory requests and limits of one server pod from the entry: weights size, instance
+    count, threads; one GPU when the instances are GPU ones."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    weights = sum(p.stat().st_size for p in local.rglob("*") if p.is_file() and p.suffix in (".mcpir", ".onnx", ".data", ".bin"))
+    groups = list(cfg.instance_group) or [mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)]
+    instances = sum(max(g.count, 1) for g in groups)
+    gpu = any(g.kind == mc.ModelInstanceGroup.KIND_GPU for g in groups)
+    threads = int(cfg.parameters["intra_op_threads"].string_value or 0) if "intra_op_threads" in cfg.parameters else 0
+    cores = instances * max(threads, 1)
+    mib = BASE_MEMORY_MIB + instances * (2 * math.ceil(weights / 2**20) + INSTANCE_MEMORY_MIB)
+    mib = 64 * math.ceil(mib / 64)
+    res: dict[str, Any] = {"requests": {"cpu": str(cores), "memory": f"{mib}Mi"},
+                           "limits": {"cpu": str(cores), "memory": f"{2 * mib}Mi"}}
+    if gpu:
+        res["limits"]["nvidia.com/gpu"] = "1"
+        res["requests"]["nvidia.com/gpu"] = "1"
+    return {"resources": res, "weights_bytes": weights, "instances": instances, "threads": threads, "gpu": gpu}
+
+
+def scaling_from_tune(path: Path | None, model: str) -> dict[str, Any]:
+    """The autoscaling metric and target: from a tune report, the concurrency the best (else the
+    baseline) configuration held within the SLO per server; without one, CPU utilization."""
+    if path is None:
+        return {"metric": "cpu", "target": DEFAULT_CPU_TARGET, "source": "no --from-tune report"}
+    from mcp_compiler.files import read_regular
+
+    try:
+        rep = json.loads(read_regular(path, "--from-tune", limit=64 << 20))
+        rep = rep.get("tune", rep) if isinstance(rep, dict) else rep
+        load, slo = str(rep["load"]), float(rep["slo_p99_ms"])
+        trials = [t for t in (rep.get("best"), rep.get("baseline")) if t]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UsageError(f"--from-tune {path}: not a `mcp-cli tune --json` report ({type(e).__name__}: {e})") from None
+    if rep.get("model") not in (None, model):
+        raise UsageError(f"--from-tune {path} tuned {rep.get('model')!r}, not {model!r}")
+    held = next((t for t in trials if t.get("meets_slo")), None)
+    if held is None:
+        raise UsageError(f"--from-tune {path}: no configuration met the p99 SLO of {slo:g} ms at {load}: "
+                         "tune at a lower load first")
+    which = "best" if held is rep.get("best") else "baseline"
+    if load.startswith("concurrency "):
+        target = int(load.split()[1])
+    else:   # an open-loop rate: Little's law, requests in flight = throughput x latency
+        target = max(1, math.floor(held["throughput"] * (held["p50_ms"] or 0) / 1000))
+    return {"metric": "concurrency", "target": target, "config": held.get("config"),
+            "source": f"{path.name}: the {which} configuration held {load} within p99 {slo:g} ms "
+                      f"({held['throughput']:.0f} req/s, p99 {held['p99_ms']} ms)"}
+
+
+def build(entry: Path, req: KServeRequest) -> Manifests:
+    """The manifests for DIR/NAME (validated; nothing written)."""
+    from .deploy import read_entry
+
+    _check_request(req)
+    cfg, _, local, _ = read_entry(Path(entry), req.model_version)
+    model = cfg.name
+    svc = req.name or service_name(model)
+    if req.name and service_name(req.name) != req.name:
+        raise UsageError(f"--service-name {req.name!r} is not a Kubernetes name (a letter first, at most 45 of "
+                         "a-z 0-9 -)")
+    res = resources_for(cfg, local)
+    scaling = scaling_from_tune(req.tune_report, model)
+    notes: list[str] = []
+    backend = cfg.backend or cfg.platform
+    dockerfile = None
+    image = req.image
+    if backend == "python":
+        dockerfile = dockerfile_text()
+        if image is None:
+            raise UsageError("give --image: this entry runs mcp-cli's python runtime on onnxruntime, which "
+                             f"{TRITON_IMAGE} lacks; build one FROM it with onnxruntime, numpy<2 and flatbuffers "
+                             "(`--dockerfile` prints that Dockerfile), push it, and give its name")
+    if scaling.get("config"):
+        notes.append("the tune report's configuration is the one to serve: `tune --apply` writes it into the entry's "
+                     "config.pbtxt before the repository is uploaded")
+    labels = {**MANAGED_BY, "app.kubernetes.io/name": svc}
+    annotations = {"mcp-cli/model": model, "mcp-cli/triton-runtime-version": TRITON_RUNTIME_VERSION,
+                   "mcp-cli/scaling-source": scaling["source"]}
+    predictor: dict[str, Any] = {
+        "minReplicas": req.min_replicas, "maxReplicas": req.max_replicas,
+        "scaleMetric": scaling["metric"], "scaleTarget": scaling["target"],
+        "model": {
+            "modelFormat": {"name": "triton"},
+            "runtimeVersion": TRITON_RUNTIME_VERSION,
+            "storageUri": req.storage_uri,
+            "args": ["--model-control-mode=explicit", f"--load-model={model}", "--strict-readiness=true"],
+            "resources": res["resources"],
+            "readinessProbe": {"httpGet": {"path": f"/v2/models/{model}/ready", "port": 8080},
+                               "periodSeconds": 5, "failureThreshold": 3},
+        },
+    }
+    if image:
+        predictor["model"]["image"] = image
+    if req.canary_percent is not None:
+        predictor["canaryTrafficPercent"] = req.canary_percent
+        notes.append(f"canary: applied over the running InferenceService {svc}, this routes {req.canary_percent}% "
+                     "to the new revision and the rest to the last ready one (KServe's Serverless mode); "
+                     "`--promote` then makes it the default")
+    elif req.promote:
+        predictor["canaryTrafficPercent"] = 100
+        notes.append(f"promote: applied over {svc}, this routes all traffic to the latest revision")
+    isvc = {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+            "metadata": {"name": svc, "namespace": req.namespace, "labels": labels, "annotations": annotations},
+            "spec": {"predictor": predictor}}
+    if scaling["metric"] == "cpu":
+        notes.append(f"autoscaling on CPU at {DEFAULT_CPU_TARGET}% of the request: give --from-tune REPORT for a "
+                     "concurrency target measured on this model")
+    files = {"inferenceservice.yaml": [isvc],
+             "plain/triton.yaml": _plain(svc, model, req, res["resources"], image or TRITON_IMAGE, labels, annotations)}
+    validate(files)
+    return Manifests(files, svc, model, {k: v for k, v in res.items()}, scaling, notes, dockerfile)
+
+
+def _plain(svc: str, model: str, req: KServeRequest, resources: dict, image: str, labels: dict,
+           annotations: dict) -> list[dict]:
+    """Deployment + Service + HPA running the same Triton on the same repository, for clusters
+    without KServe: Triton reads s3:// and gs:// repositories itself; pvc:// is mounted."""
+    repo, volumes, mounts = req.storage_uri, [], []
+    if repo.startswith("pvc://"):
+        claim, _, sub = repo[len("pvc://"):].partition("/")
+        volumes = [{"name": "models", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}]
+        mounts = [{"name": "models", "mountPath": "/mnt/models", "readOnly": True}]
+        repo = "/mnt/models" + (f"/{sub}" if sub else "")
+    elif not repo.startswith(("s3://", "gs://")):
+        raise UsageError(f"--storage-uri {req.storage_uri!r}: the plain Deployment reads s3://, gs:// or pvc:// "
+                         "(KServe's storage initializer is what reads the others)")
+    selector = {"app.kubernetes.io/name": svc}
+    container = {
+        "name": "triton", "image": image,
+        "args": ["tritonserver", f"--model-repository={repo}", "--model-control-mode=explicit",
+                 f"--load-model={model}", "--strict-readiness=true"],
+        "ports": [{"name": "http", "containerPort": HTTP_PORT}, {"name": "grpc", "containerPort": GRPC_PORT},
+                  {"name": "metrics", "containerPort": METRICS_PORT}],
+        "resources": resources,
+        "readinessProbe": {"httpGet": {"path": f"/v2/models/{model}/ready", "port": HTTP_PORT},
+                           "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": HTTP_PORT},
+                          "initialDelaySeconds": 30, "periodSeconds": 10},
+    }
+    if mounts:
+        container["volumeMounts"] = mounts
+    pod: dict[str, Any] = {"containers": [container]}
+    if volumes:
+        pod["volumes"] = volumes
+    meta = {"name": svc, "namespace": req.namespace, "labels": labels, "annotations": annotations}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                  "spec": {"replicas": max(req.min_replicas, 1), "selector": {"matchLabels": selector},
+                           "template": {"metadata": {"labels": labels}, "spec": pod}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+               "spec": {"selector": selector, "ports": [
+                   {"name": "http", "port": HTTP_PORT, "targetPort": "http"},
+                   {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc"},
+                   {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}]}}
+    # a plain HPA scales on resource metrics (concurrency needs a custom-metrics adapter): CPU
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta,
+           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": svc},
+                    "minReplicas": max(req.min_replicas, 1), "maxReplicas": req.max_replicas,
+                    "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
+                        "type": "Utilization", "averageUtilization": DEFAULT_CPU_TARGET}}}]}}
+    return [deployment, service, hpa]
+
+
+def dockerfile_text() -> str:
+    from importlib.metadata import version
+
+    return (f"# The server image for mcp-cli's python-backend entries: Triton {TRITON_RUNTIME_VERSION} plus what\n"
+            "# the bundled runtime imports (the versions this entry was converted and verified with).\n"
+            f"FROM {TRITON_IMAGE}\n"
+            f"RUN pip install --no-cache-dir onnxruntime=={version('onnxruntime')} \"numpy<2\" "
+            f"flatbuffers=={version('flatbuffers')}\n")
+
+
+# -- validation -----------------------------------------------------------------------------------
+
+def validate(files: dict[str, list[dict]]) -> None:
+    """Every document: core kinds against Kubernetes' schemas, the InferenceService through the
+    KServe SDK's types (a field the SDK does not know, a wrong type or a missing required field
+    fails). Raises ManifestError naming the file, the kind and the problem."""
+    kv = _lib("kubernetes_validate")
+    for fname, docs in files.items():
+        for d in docs:
+            where = f"{fname}: {d.get('kind')} {d.get('metadata', {}).get('name')}"
+            if d.get("apiVersion", "").startswith("serving.kserve.io/"):
+                _validate_kserve(d, where)
+                continue
+            try:
+                kv.validate(d, KUBERNETES_VERSION, strict=True)
+            except kv.ValidationError as e:
+                raise ManifestError(f"{where} does not validate against Kubernetes {KUBERNETES_VERSION}: "
+                                    f"{'.'.join(map(str, e.path)) or '(top)'}: {e.message}") from None
+            except (kv.InvalidSchemaError, kv.SchemaNotFoundError) as e:
+                raise ManifestError(f"{where}: no Kubernetes {KUBERNETES_VERSION} schema: {e}") from None
+
+
+class ManifestError(McpError):
+    """A manifest that does not validate (never written)."""
+
+    exit_code = 1
+
+
+def _validate_kserve(doc: dict, where: str) -> None:
+    # The KServe SDK registers the same gRPC protos as tritonclient (inference.ServerLiveRequest):
+    # both in one process fail to import, so its types check the manifest in a child process.
+    import subprocess
+    import sys
+
+    _lib_spec("kserve")
+    r = subprocess.run([sys.executable, "-m", "mcp_compiler.targets.triton.kserve_check"], input=json.dumps(doc),
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise ManifestError(f"{where}: the KServe SDK could not check it: "
+                            f"{(r.stderr.strip().splitlines() or ['no output'])[-1]}")
+    problem = json.loads(r.stdout).get("problem")
+    if problem:
+        raise ManifestError(f"{where}: not a valid KServe InferenceService: {problem}")
+
+
+def _lib_spec(module: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise KubeLibraryError(f"{module} is not installed: pip install 'mcp-cli[kube]' "
+                               "(kubernetes, kubernetes-validate, kserve)")
+
+
+# -- writing and applying -------------------------------------------------------------------------
+
+def to_yaml(docs: list[dict]) -> str:
+    import yaml
+
+    class Plain(yaml.SafeDumper):   # a label map used twice is written twice, not as &id001 / *id001
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return "".join(("---\n" if i else "") + yaml.dump(d, Dumper=Plain, sort_keys=False, default_flow_style=False)
+                   for i, d in enumerate(docs))
+
+
+def write(m: Manifests, out: Path) -> list[Path]:
+    """Write the validated manifests (and the Dockerfile of a python-backend entry) under `out`:
+    into a staging folder first, moved into place when all are written."""
+    import shutil
+    import tempfile
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".mcp-manifests-", dir=out))
+    written = []
+    try:
+        texts = {name: to_yaml(docs) for name, docs in m.files.items()}
+        if m.dockerfile:
+            texts["Dockerfile"] = m.dockerfile
+        for name, text in texts.items():
+            p = stage / name
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+        for name in texts:
+            dest = out / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(stage / name, dest)
+            written.append(dest)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return written
+
+
+def apply(m: Manifests, *, plain: bool = False, kubeconfig: str | None = None, timeout: float = 30.0) -> list[str]:
+    """Create or update the manifests through the Kubernetes API (the kubeconfig's cluster): the
+    InferenceService (or, with `plain`, the Deployment, Service and HPA). Returns one line per object."""
+    k8s = _lib("kubernetes")
+    from kubernetes.client.rest import ApiException
+
+    try:
+        k8s.config.load_kube_config(config_file=kubeconfig)
+    except Exception as e:  # noqa: BLE001 - the client raises ConfigException and file errors
+        raise UsageError(f"no usable kubeconfig ({e}): write the files with -o and `kubectl apply -f` them") from None
+    api = k8s.client.ApiClient()
+    done = []
+    docs = m.files["plain/triton.yaml"] if plain else m.files["inferenceservice.yaml"]
+    for d in docs:
+        kind, name, ns = d["kind"], d["metadata"]["name"], d["metadata"]["namespace"]
+        try:
+            done.append(f"{kind} {ns}/{name}: {_apply_one(k8s, api, d, timeout)}")
+        except ApiException as e:
+            reason = e.reason or ""
+            try:
+                reason = json.loads(e.body).get("message", reason)
+            except (TypeError, ValueError):
+                pass
+            raise ManifestApplyError(f"{kind} {ns}/{name}: the API server refused it ({e.status}): {reason}") from None
+        except Exception as e:  # noqa: BLE001 - urllib3 connection errors
+            raise ManifestApplyError(f"{kind} {ns}/{name}: cannot reach the API server: {str(e).splitlines()[0]}") from None
+    return done
+
+
+class ManifestApplyError(McpError):
+    exit_code = 1
+
+
+def _apply_one(k8s, api, d: dict, timeout: float) -> str:  # noqa: ANN001
+    """Create, or replace what is there (keeping its resourceVersion): what `kubectl apply` does
+    for objects this tool owns."""
+    from kubernetes.client.rest import ApiException
+
+    kind, name, ns = d["kind"], d["metadata"]["name"], d["metadata"]["namespace"]
+    t = {"_request_timeout": timeout}   # a silent API server is an error, not a hang
+    if kind == "InferenceService":
+        co = k8s.client.CustomObjectsApi(api)
+        args = ("serving.kserve.io", "v1beta1", ns, "inferenceservices")
+        get = lambda: co.get_namespaced_custom_object(*args, name, **t)  # noqa: E731
+        create = lambda: co.create_namespaced_custom_object(*args, d, **t)  # noqa: E731
+        replace = lambda body: co.replace_namespaced_custom_object(*args, name, body, **t)  # noqa: E731
+    else:
+        group = {"Deployment": (k8s.client.AppsV1Api, "deployment"), "Service": (k8s.client.CoreV1Api, "service"),
+                 "HorizontalPodAutoscaler": (k8s.client.AutoscalingV2Api, "horizontal_pod_autoscaler")}[kind]
+        c, stem = group[0](api), group[1]
+        get = lambda: getattr(c, f"read_namespaced_{stem}")(name, ns, **t)  # noqa: E731
+        create = lambda: getattr(c, f"create_namespaced_{stem}")(ns, d, **t)  # noqa: E731
+        replace = lambda body: getattr(c, f"replace_namespaced_{stem}")(name, ns, body, **t)  # noqa: E731
+    try:
+        current = get()
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        create()
+        return "created"
+    version = current["metadata"]["resourceVersion"] if isinstance(current, dict) else current.metadata.resource_version
+    body = json.loads(json.dumps(d))
+    body["metadata"]["resourceVersion"] = version
+    if kind == "Service" and not isinstance(current, dict):   # a Service keeps its cluster IP
+        body["spec"]["clusterIP"] = current.spec.cluster_ip
+    replace(body)
+    return "updated"
