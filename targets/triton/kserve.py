@@ -131,34 +131,45 @@ def resources_for(cfg: Any, local: Path) -> dict[str, Any]:
     return {"resources": res, "weights_bytes": weights, "instances": instances, "threads": threads, "gpu": gpu}
 
 
-def scaling_from_tune(path: Path | None, model: str) -> dict[str, Any]:
-    """The autoscaling metric and target: from a tune report, the concurrency the best (else the
-    baseline) configuration held within the SLO per server; without one, CPU utilization."""
+def scaling_from_tune(path: Path | None, model: str, cfg: Any) -> dict[str, Any]:
+    """The autoscaling metric and target: from a tune report, the concurrency that the trial whose
+    setting is the entry's config (the baseline, or the best once `tune --apply` wrote it) held
+    within the SLO per server; without a report, CPU utilization."""
     if path is None:
         return {"metric": "cpu", "target": DEFAULT_CPU_TARGET, "source": "no --from-tune report"}
     from mcp_compiler.files import read_regular
 
+    from .tune import Setting
+
     try:
         rep = json.loads(read_regular(path, "--from-tune", limit=64 << 20))
-        rep = rep.get("tune", rep) if isinstance(rep, dict) else rep
         load, slo = str(rep["load"]), float(rep["slo_p99_ms"])
-        trials = [t for t in (rep.get("best"), rep.get("baseline")) if t]
+        trials = {"best": rep.get("best"), "baseline": rep["baseline"]}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"--from-tune {path}: not a `mcp-cli tune --json` report ({type(e).__name__}: {e})") from None
     if rep.get("model") not in (None, model):
         raise UsageError(f"--from-tune {path} tuned {rep.get('model')!r}, not {model!r}")
-    held = next((t for t in trials if t.get("meets_slo")), None)
-    if held is None:
-        raise UsageError(f"--from-tune {path}: no configuration met the p99 SLO of {slo:g} ms at {load}: "
-                         "tune at a lower load first")
-    which = "best" if held is rep.get("best") else "baseline"
+    served = Setting.of(cfg).to_dict()
+    which = next((k for k, t in trials.items() if t and t.get("config") == served), None)
+    if which is None:
+        raise UsageError(f"--from-tune {path}: neither its baseline nor its best is the entry's config "
+                         "(tuned before the entry changed?): tune it again")
+    held = trials[which]
+    if not held.get("meets_slo"):
+        raise UsageError(f"--from-tune {path}: the entry's configuration (the report's {which}) did not meet "
+                         f"the p99 SLO of {slo:g} ms at {load}: tune at a lower load, or `tune --apply` a better one")
     if load.startswith("concurrency "):
         target = int(load.split()[1])
     else:   # an open-loop rate: Little's law, requests in flight = throughput x latency
         target = max(1, math.floor(held["throughput"] * (held["p50_ms"] or 0) / 1000))
-    return {"metric": "concurrency", "target": target, "config": held.get("config"),
-            "source": f"{path.name}: the {which} configuration held {load} within p99 {slo:g} ms "
-                      f"({held['throughput']:.0f} req/s, p99 {held['p99_ms']} ms)"}
+    source = (f"{path.name}: the entry's configuration (the report's {which}) held {load} within p99 {slo:g} ms "
+              f"({held['throughput']:.0f} req/s, p99 {held['p99_ms']} ms)")
+    out = {"metric": "concurrency", "target": target, "source": source}
+    best = trials["best"]
+    if which == "baseline" and rep.get("confirmed") and best and best.get("config") != served:
+        out["note"] = (f"the report confirmed a better configuration ({best.get('label')}) that the entry does not "
+                       "have: `tune --apply` writes it, then write these manifests again")
+    return out
 
 
 def build(entry: Path, req: KServeRequest) -> Manifests:
@@ -173,7 +184,7 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
         raise UsageError(f"--service-name {req.name!r} is not a Kubernetes name (a letter first, at most 45 of "
                          "a-z 0-9 -)")
     res = resources_for(cfg, local)
-    scaling = scaling_from_tune(req.tune_report, model)
+    scaling = scaling_from_tune(req.tune_report, model, cfg)
     notes: list[str] = []
     backend = cfg.backend or cfg.platform
     dockerfile = None
@@ -184,9 +195,8 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
             raise UsageError("give --image: this entry runs mcp-cli's python runtime on onnxruntime, which "
                              f"{TRITON_IMAGE} lacks; build one FROM it with onnxruntime, numpy<2 and flatbuffers "
                              "(`--dockerfile` prints that Dockerfile), push it, and give its name")
-    if scaling.get("config"):
-        notes.append("the tune report's configuration is the one to serve: `tune --apply` writes it into the entry's "
-                     "config.pbtxt before the repository is uploaded")
+    if scaling.get("note"):
+        notes.append(scaling.pop("note"))
     labels = {**MANAGED_BY, "app.kubernetes.io/name": svc}
     annotations = {"mcp-cli/model": model, "mcp-cli/triton-runtime-version": TRITON_RUNTIME_VERSION,
                    "mcp-cli/scaling-source": scaling["source"]}

@@ -96,41 +96,50 @@ def test_resources_follow_instances_threads_and_weights(entries, tmp_path):
     assert gpu["resources"]["resources"]["limits"]["nvidia.com/gpu"] == "1"
 
 
-def _tune_report(path, load="concurrency 8", meets=True, model="mlp"):
+def _tune_report(path, entry, load="concurrency 8", meets=True, model="mlp", matches=True, confirmed=False):
+    """A report as `tune --json` writes it (its own classes): the baseline is the entry's config."""
+    from mcp_compiler.targets.triton.deploy import read_entry
     from mcp_compiler.targets.triton.loadgen import Point
     from mcp_compiler.targets.triton.tune import Setting, Trial, TuneReport
 
-    def trial(tput, p50, p99, ok):
+    def trial(setting, tput, p50, p99, ok):
         pt = Point(load=load, concurrency=8, rate=None, batch_size=1, requests=1000, seconds=2.0, throughput=tput,
                    infer_per_s=tput, p50_ms=p50, p90_ms=p99, p99_ms=p99, mean_ms=p50, errors=0, rejected=0,
                    error_sample=None, queue_ms=1.0, compute_ms=2.0, avg_batch=1.0, client_cpu=0.2, windows=3,
                    stable=True)
-        return Trial(Setting(True, 8, (4,), 100, 2), pt, 300.0, meets_slo=ok)
+        return Trial(setting, pt, 300.0, meets_slo=ok)
 
-    base, best = trial(400.0, 9.0, 30.0, False), trial(900.0, 8.0, 12.0, meets)
+    served = Setting.of(read_entry(entry, None)[0])
+    other = Setting(True, 16, (4,), 100, 3)
+    base = trial(served if matches else Setting(False, 0), 900.0, 8.0, 12.0, meets)
+    best = trial(other, 1400.0, 5.0, 9.0, True)
+    if confirmed:
+        best.confirmation = {"confirmed": True}
     rep = TuneReport(model, load, 20.0, "throughput", base, best, [base, best], None, 60.0, 50.0)
-    path.write_text(json.dumps(rep.to_dict()))
+    path.write_text(json.dumps({"ok": True, **rep.to_dict()}))
     return path
 
 
 def test_autoscaling_target_from_a_tune_report(entries, tmp_path):
-    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--from-tune", str(_tune_report(tmp_path / "t.json")))
+    e = entries / "repo" / "mlp"
+    r, out = _kserve(e, tmp_path / "m", "--from-tune", str(_tune_report(tmp_path / "t.json", e)))
     assert r.exit_code == 0, r.output
     p = _isvc(tmp_path / "m")["spec"]["predictor"]
-    assert (p["scaleMetric"], p["scaleTarget"]) == ("concurrency", 8)   # the best held concurrency 8 within 20 ms
-    assert "best configuration held concurrency 8" in out["scaling"]["source"]
+    assert (p["scaleMetric"], p["scaleTarget"]) == ("concurrency", 8)   # the entry's config held 8 within 20 ms
+    assert "(the report's baseline) held concurrency 8" in out["scaling"]["source"]
+    assert not any("tune --apply" in n for n in out["notes"])
+    # a confirmed better configuration the entry does not have yet: said so
+    r, out = _kserve(e, tmp_path / "c", "--from-tune", str(_tune_report(tmp_path / "c.json", e, confirmed=True)))
+    assert r.exit_code == 0 and any("`tune --apply` writes it" in n for n in out["notes"]), r.output
     # an open-loop rate: requests in flight = throughput x p50 (900/s x 8 ms = 7)
-    r, _ = _kserve(entries / "repo" / "mlp", tmp_path / "r", "--from-tune",
-                   str(_tune_report(tmp_path / "r.json", load="rate 900/s")))
+    r, _ = _kserve(e, tmp_path / "r", "--from-tune", str(_tune_report(tmp_path / "r.json", e, load="rate 900/s")))
     assert _isvc(tmp_path / "r")["spec"]["predictor"]["scaleTarget"] == 7
-    # nothing met the SLO: no target to take, nothing written
-    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "n", "--from-tune",
-                     str(_tune_report(tmp_path / "n.json", meets=False)))
-    assert r.exit_code == 2 and "no configuration met the p99 SLO" in out["error"]["message"]
-    assert not (tmp_path / "n").exists()
-    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "o", "--from-tune",
-                     str(_tune_report(tmp_path / "o.json", model="other")))
-    assert r.exit_code == 2 and "tuned 'other'" in out["error"]["message"]
+    for name, kw, text in (("n", {"meets": False}, "did not meet the p99 SLO"),
+                           ("o", {"model": "other"}, "tuned 'other'"),
+                           ("x", {"matches": False}, "neither its baseline nor its best")):
+        r, out = _kserve(e, tmp_path / name, "--from-tune", str(_tune_report(tmp_path / f"{name}.json", e, **kw)))
+        assert r.exit_code == 2 and text in out["error"]["message"], r.output
+        assert not (tmp_path / name).exists()
 
 
 def test_canary_and_promote_updates(entries, tmp_path):
