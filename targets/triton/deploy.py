@@ -548,7 +548,9 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
     if CONTENT_KEY in cfg.parameters:
         del cfg.parameters[CONTENT_KEY]
     # the config is part of what is served: the same files under another config are a change
-    digest = content_sha256({**files, "config": _config_json(cfg, name).encode()})
+    # (canonical JSON: protobuf writes a map's entries in no fixed order)
+    canonical = json.dumps(json.loads(_config_json(cfg, name)), sort_keys=True)
+    digest = content_sha256({**files, "config": canonical.encode()})
     cfg.parameters[CONTENT_KEY].string_value = digest
     config_json = _config_json(cfg, name)
     total = sum(len(b) for b in files.values()) + len(config_json)
