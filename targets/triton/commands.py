@@ -7,6 +7,7 @@ this package's library code, and renders through the shared reporter.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -219,36 +220,96 @@ def verify(
     run(rep, debug, body)
 
 
-UrlOpt = typer.Option(..., "--url", help="The Triton server: grpc://HOST:PORT, http://HOST:PORT "
-                      "(as `serve` prints them), or HOST:PORT with --protocol.")
-ProtoOpt = typer.Option(None, "--protocol", case_sensitive=False,
-                        help="grpc or http, for a --url without a scheme (default grpc).")
-SslOpt = typer.Option(False, "--ssl", help="TLS (gRPC; Triton's HTTP endpoint has no TLS of its own).")
-RootOpt = typer.Option(None, "--root-cert", help="CA certificate to check the server with.")
-CertOpt = typer.Option(None, "--client-cert", help="Client certificate, for mutual TLS.")
-KeyOpt = typer.Option(None, "--client-key", help="Client private key, for mutual TLS.")
-TokenOpt = typer.Option(None, "--token", help="Auth token sent as a header (default: $MCP_API_KEY). Never printed.")
-HeaderOpt = typer.Option("mcp-api-key", "--token-header",
-                         help="Header that carries the token (the key of the server's "
-                              "--grpc-restricted-protocol / --http-restricted-api setting).")
-TimeoutOpt = typer.Option(60.0, "--timeout", help="Network timeout, seconds.")
+@dataclass
+class ConnectionFlags:
+    """The connection options every command that talks to a running Triton shares (one group,
+    declared once: `with_connection`), and the Connection they make."""
+
+    url: Optional[str] = None
+    protocol: Optional[str] = None
+    ssl: bool = False
+    root_cert: Optional[Path] = None
+    client_cert: Optional[Path] = None
+    client_key: Optional[Path] = None
+    token: Optional[str] = None
+    token_header: str = "mcp-api-key"
+    timeout: float = 60.0
+    grpc_only: bool = False
+
+    def connection(self, required: bool = True):  # noqa: ANN201 - deploy.Connection, or None
+        """The Connection, checked; None when no --url was given and none is `required`."""
+        import os
+
+        from .deploy import Connection, parse_url
+
+        if self.url is None:
+            if required:
+                raise UsageError("missing --url: the Triton server (grpc://HOST:PORT or http://HOST:PORT, as "
+                                 "`serve` prints them)")
+            if self.ssl or self.root_cert or self.client_cert or self.token:
+                raise UsageError("--ssl/--root-cert/--client-cert/--token need --url (a running server)")
+            return None
+        if (self.client_cert is None) != (self.client_key is None):
+            raise UsageError("--client-cert and --client-key go together")
+        hostport, proto, ssl = parse_url(self.url, self.protocol, self.ssl)
+        if (self.root_cert or self.client_cert) and not ssl:
+            raise UsageError("--root-cert/--client-cert need --ssl (or an https:// / grpcs:// --url)")
+        if self.grpc_only and proto != "grpc":
+            raise UsageError(f"--url {self.url}: bench measures over gRPC; give the server's gRPC port "
+                             "(the grpc:// address `serve` prints)")
+        return Connection(hostport, proto, ssl, self.root_cert, self.client_cert, self.client_key,
+                          self.token or os.environ.get("MCP_API_KEY") or None, self.token_header, self.timeout)
 
 
-def _connection(url: str, protocol: Optional[Protocol], ssl: bool, root_cert: Optional[Path], client_cert: Optional[Path],  # noqa: ANN202
-                client_key: Optional[Path], token: Optional[str], token_header: str, timeout: float):
-    import os
+def with_connection(url_help: str = "The Triton server: grpc://HOST:PORT, http://HOST:PORT (as `serve` prints "
+                                    "them), or HOST:PORT with --protocol.", *,
+                    grpc_only: bool = False) -> Callable[[Callable], Callable]:
+    """Declare the connection group on a command: its `conn: ConnectionFlags` parameter becomes
+    --url, --protocol (not for gRPC-only commands), --ssl, --root-cert, --client-cert,
+    --client-key, --token, --token-header and --timeout, in the "Connection" help panel."""
+    import functools
+    import inspect
 
-    from .deploy import Connection
+    P = inspect.Parameter
+    panel = "Connection"
 
-    if (client_cert is None) != (client_key is None):
-        raise UsageError("--client-cert and --client-key go together")
-    from .deploy import parse_url
+    def opt(name: str, default, annotation, *decls: str, help: str, **kw) -> inspect.Parameter:  # noqa: ANN001
+        return P(name, P.KEYWORD_ONLY, annotation=annotation,
+                 default=typer.Option(default, *decls, help=help, rich_help_panel=panel, **kw))
 
-    hostport, proto, ssl = parse_url(url, str(protocol) if protocol is not None else None, ssl)
-    if (root_cert or client_cert) and not ssl:
-        raise UsageError("--root-cert/--client-cert need --ssl (or an https:// / grpcs:// --url)")
-    return Connection(hostport, proto, ssl, root_cert, client_cert, client_key,
-                      token or os.environ.get("MCP_API_KEY") or None, token_header, timeout)
+    group = [opt("url", None, Optional[str], "--url", help=url_help)]
+    if not grpc_only:
+        group.append(opt("protocol", None, Optional[Protocol], "--protocol", case_sensitive=False,
+                         help="grpc or http, for a --url without a scheme (default grpc)."))
+    group += [
+        opt("ssl", False, bool, "--ssl", help="TLS (gRPC; Triton's HTTP endpoint has no TLS of its own)."),
+        opt("root_cert", None, Optional[Path], "--root-cert", help="CA certificate to check the server with."),
+        opt("client_cert", None, Optional[Path], "--client-cert", help="Client certificate, for mutual TLS."),
+        opt("client_key", None, Optional[Path], "--client-key", help="Client private key, for mutual TLS."),
+        opt("token", None, Optional[str], "--token", help="Auth token sent as a header (default: $MCP_API_KEY). "
+            "Never printed."),
+        opt("token_header", "mcp-api-key", str, "--token-header", help="Header that carries the token (the key of "
+            "the server's --grpc-restricted-protocol / --http-restricted-api setting)."),
+        opt("timeout", 60.0, float, "--timeout", help="Network timeout, seconds."),
+    ]
+    names = [g.name for g in group]
+
+    def decorate(fn: Callable) -> Callable:
+        sig = inspect.signature(fn, eval_str=True)
+        params = []
+        for p in sig.parameters.values():
+            params.extend(group if p.name == "conn" else [p.replace(kind=P.KEYWORD_ONLY)])
+
+        @functools.wraps(fn)
+        def wrapper(**kw):  # noqa: ANN202
+            given = {n: kw.pop(n) for n in names}
+            if given.get("protocol") is not None:
+                given["protocol"] = str(given["protocol"])
+            return fn(conn=ConnectionFlags(**given, grpc_only=grpc_only), **kw)
+
+        wrapper.__signature__ = sig.replace(parameters=params)
+        return wrapper
+    return decorate
 
 
 @command("deploy", "mcp-cli deploy model_repository/model --url grpc://127.0.0.1:8001",
@@ -259,11 +320,10 @@ def _connection(url: str, protocol: Optional[Protocol], ssl: bool, root_cert: Op
          "--image registry/mcp-triton:24.10 --min-replicas 1 --max-replicas 4 -o manifests/",
          "mcp-cli deploy model_repository/model --kserve ... --from-tune tune.json --canary-percent 10",
          "mcp-cli deploy model_repository/model --kserve --dockerfile > Dockerfile")
+@with_connection()
 def deploy(
     entry: Path = typer.Argument(..., help="The repository entry to push: DIR/NAME."),
-    url: Optional[str] = typer.Option(None, "--url", help="The Triton server: grpc://HOST:PORT, http://HOST:PORT "
-                                      "(as `serve` prints them), or HOST:PORT with --protocol."),
-    protocol: Protocol = ProtoOpt,
+    conn: ConnectionFlags = None,   # the connection group: with_connection
     model_version: Optional[int] = typer.Option(None, "--model-version", help="Version number on the server "
                                                 "(default: the entry's newest version folder)."),
     version: Optional[int] = typer.Option(None, "--version", hidden=True, help="Same as --model-version."),
@@ -279,9 +339,6 @@ def deploy(
                                   help="If the smoke inference fails, load the last good deploy again."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check the entry, print what would be sent, send nothing."),
     force: bool = typer.Option(False, "--force", help="Replace the same version serving other files."),
-    ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt, client_cert: Optional[Path] = CertOpt,
-    client_key: Optional[Path] = KeyOpt, token: Optional[str] = TokenOpt, token_header: str = HeaderOpt,
-    timeout: float = TimeoutOpt,
     kserve: bool = typer.Option(False, "--kserve", rich_help_panel="Kubernetes (KServe)",
                                 help="Write Kubernetes manifests instead of pushing to one server: a KServe "
                                 "InferenceService, and a plain Deployment + Service + HPA (plain/)."),
@@ -337,9 +394,9 @@ def deploy(
         if version is not None and model_version is not None and version != model_version:
             raise UsageError("give the version once: --model-version")
         if kserve or dockerfile:
-            if url is not None:
+            if conn.url is not None:
                 raise UsageError("--kserve writes manifests for a cluster; --url pushes to one server: give one")
-            return _kserve(rep, entry, json_out, dockerfile, output, apply, plain, kubeconfig, timeout,
+            return _kserve(rep, entry, json_out, dockerfile, output, apply, plain, kubeconfig, conn.timeout,
                            dict(storage_uri=storage_uri, namespace=namespace, name=service_name,
                                 min_replicas=min_replicas, max_replicas=max_replicas, canary_percent=canary_percent,
                                 promote=promote, tune_report=from_tune, image=image,
@@ -349,16 +406,16 @@ def deploy(
                                    ("--promote", promote)) if v]
         if k8s_only:
             raise UsageError(f"{k8s_only[0]} goes with --kserve")
-        if url is None:
+        if conn.url is None:
             raise UsageError("missing --url: the Triton server to push to (or --kserve for Kubernetes manifests)")
-        conn = _connection(url, protocol, ssl, root_cert, client_cert, client_key, token, token_header, timeout)
-        with rep.status(f"deploying {entry} to {conn.describe()}"):
-            r = run_deploy(entry, conn, name=name, version=model_version if model_version is not None else version,
+        c = conn.connection()
+        with rep.status(f"deploying {entry} to {c.describe()}"):
+            r = run_deploy(entry, c, name=name, version=model_version if model_version is not None else version,
                            wait_timeout=wait_timeout, dry_run=dry_run, smoke=smoke, rollback_on_failure=rollback,
                            inputs=inputs, force=force, dims=parse_dims(dims))
         rep.json(r.to_dict())
         if not json_out:
-            _deployed(rep, r, conn)
+            _deployed(rep, r, c)
 
     run(rep, debug, body)
 
@@ -427,11 +484,9 @@ def _deployed(rep, r, conn) -> None:  # noqa: ANN001
 
 
 @command("status", "mcp-cli status --url grpc://127.0.0.1:8001", "mcp-cli status --url http://127.0.0.1:8000 --json")
+@with_connection()
 def server_status(
-    url: str = UrlOpt, protocol: Protocol = ProtoOpt, ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt,
-    client_cert: Optional[Path] = CertOpt, client_key: Optional[Path] = KeyOpt,
-    token: Optional[str] = TokenOpt, token_header: str = HeaderOpt, timeout: float = TimeoutOpt,
-    json_out: bool = JsonOpt, debug: bool = DebugOpt,
+    conn: ConnectionFlags = None, json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
     """List the models and versions a Triton server has, their state (READY, LOADING, UNLOADING,
     UNAVAILABLE, NOT LOADED) and the server's reason."""
@@ -440,8 +495,7 @@ def server_status(
     def body() -> None:
         from .deploy import status as run_status
 
-        rows = run_status(_connection(url, protocol, ssl, root_cert, client_cert, client_key, token,
-                                      token_header, timeout))
+        rows = run_status(conn.connection())
         rep.json({"models": rows})
         if json_out:
             return
@@ -454,11 +508,10 @@ def server_status(
 
 
 @command("undeploy", "mcp-cli undeploy mymodel --url grpc://127.0.0.1:8001")
+@with_connection()
 def undeploy(
     name: str = typer.Argument(..., help="The model to unload."),
-    url: str = UrlOpt, protocol: Protocol = ProtoOpt, ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt,
-    client_cert: Optional[Path] = CertOpt, client_key: Optional[Path] = KeyOpt,
-    token: Optional[str] = TokenOpt, token_header: str = HeaderOpt, timeout: float = TimeoutOpt,
+    conn: ConnectionFlags = None,
     wait_timeout: float = typer.Option(60.0, "--wait-timeout", help="Seconds to wait for the unload to finish."),
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
@@ -469,8 +522,7 @@ def undeploy(
     def body() -> None:
         from .deploy import undeploy as run_undeploy
 
-        r = run_undeploy(name, _connection(url, protocol, ssl, root_cert, client_cert, client_key, token,
-                                           token_header, timeout), wait_timeout=wait_timeout)
+        r = run_undeploy(name, conn.connection(), wait_timeout=wait_timeout)
         rep.json({"name": name, "unloaded": True, **r})
         if not json_out:
             now = "the server no longer lists it" if r["state"] == "UNLOADED" else f"now {r['state']}"
@@ -506,18 +558,6 @@ def _loads(concurrency: str | None, rate: str | None, default: str | None = "1,8
     return loads
 
 
-def _remote(url: Optional[str], ssl: bool, root_cert, client_cert, client_key, token, token_header, timeout):  # noqa: ANN001, ANN202
-    if url is None:
-        if ssl or root_cert or client_cert or token:
-            raise UsageError("--ssl/--root-cert/--client-cert/--token need --url (a running server)")
-        return None
-    conn = _connection(url, None, ssl, root_cert, client_cert, client_key, token, token_header, timeout)
-    if conn.protocol != "grpc":
-        raise UsageError(f"--url {url}: bench measures over gRPC; give the server's gRPC port "
-                         "(the grpc:// address `serve` prints)")
-    return conn
-
-
 def _progress(rep):  # noqa: ANN001, ANN202
     def say(line: str) -> None:
         if not rep.json_mode:
@@ -529,6 +569,8 @@ def _progress(rep):  # noqa: ANN001, ANN202
          "mcp-cli bench model_repository/model --concurrency 1,8,32 --batch-size 4 --json",
          "mcp-cli bench model_repository/model --rate 200,800 --seconds 10 --csv points.csv",
          "mcp-cli bench mymodel --url grpc://127.0.0.1:8001 --concurrency 16")
+@with_connection("A running Triton's gRPC address, grpc://HOST:PORT or HOST:PORT (default: start a local one "
+                 "for DIR/NAME).", grpc_only=True)
 def bench(
     target: str = typer.Argument(..., help="DIR/NAME: a repository entry (a local Triton is started for it); "
                                  "or NAME with --url: a model a running server has.", show_default=False),
@@ -554,11 +596,7 @@ def bench(
                                                        "requests (one correlation ID each; default 1)."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", dir_okay=False, help="Also write the points as CSV."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --csv file."),
-    url: Optional[str] = typer.Option(None, "--url", help="A running Triton's gRPC address, grpc://HOST:PORT "
-                                      "or HOST:PORT (default: start a local one for DIR/NAME)."),
-    ssl: bool = SslOpt, root_cert: Optional[Path] = RootOpt, client_cert: Optional[Path] = CertOpt,
-    client_key: Optional[Path] = KeyOpt, token: Optional[str] = TokenOpt, token_header: str = HeaderOpt,
-    timeout: float = TimeoutOpt, json_out: bool = JsonOpt, debug: bool = DebugOpt,
+    conn: ConnectionFlags = None, json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
     """Measure a served model under load: throughput, p50/p90/p99 latency, errors, and the server's
     own split (queue vs compute, average batch) from Triton's statistics, per load point.
@@ -581,7 +619,7 @@ def bench(
         loads = _loads(concurrency, rate)
         if csv_path is not None:
             check_output(csv_path, "--csv", force=force)
-        conn = _remote(url, ssl, root_cert, client_cert, client_key, token, token_header, timeout)
+        remote = conn.connection(required=False)
         if slo_p99_ms is not None and not 0 < slo_p99_ms < float("inf"):
             raise UsageError(f"--slo-p99-ms must be a positive number, got {slo_p99_ms}")
         say = _progress(rep)
@@ -589,7 +627,7 @@ def bench(
         def shown(shapes: dict, notes: list[str]) -> None:
             say(f"request: {_shapes_text(shapes)}")
 
-        r = run_bench(target, loads, conn, batch_size=batch_size, window_s=window_s, max_windows=max_windows,
+        r = run_bench(target, loads, remote, batch_size=batch_size, window_s=window_s, max_windows=max_windows,
                       seconds=seconds, inputs=inputs, dims=parse_dims(dims), slo_ms=slo_p99_ms, on_inputs=shown,
                       sequence_length=sequence_length,
                       progress=lambda k, n, load: say(f"point {k + 1} of {n}: {load.label}"),
