@@ -293,7 +293,7 @@ def _emit(model: Model, target, input, output: Path, options: CompileOptions,  #
     name = t.entry if t.entry is not None else target.entry_name(Path(input).stem)
     where = output if target.output_suffix else Path(output) / name
     result = target.emit(model, output, TargetOptions(
-        name=name, backend=t.backend, force=t.force, params=t.params,
+        name=name, force=t.force, params=t.params,
         quantization=options.quantize.mode if options.quantize else "none",
         load_check=t.load_check, check=verify_staged if options.checks.verify else None))
     report.output = str(output) if target.output_suffix else str(result.root)

@@ -207,9 +207,12 @@ def _manifest(path: Path, root: Any, c: _Checker) -> Manifest:
 
 
 def _check_serving(c: _Checker, node: Any, value: dict, what: str, target) -> None:  # noqa: ANN001
+    from .targets.base import COMPILER_SETTINGS
+
     for k, v in value.items():
-        if k not in target.option_types:
-            raise c.fail(node, f"unknown key {k!r} in {what} (known: {', '.join(target.option_types)})")
+        if k not in target.option_types and k not in COMPILER_SETTINGS:
+            raise c.fail(node, f"unknown key {k!r} in {what} (known: "
+                               f"{', '.join([*target.option_types, *COMPILER_SETTINGS])})")
         err = target.type_error(k, v)
         if err:
             raise c.fail(node, f"{what}.{k} {err}")

@@ -60,13 +60,15 @@ class AccuracyOptions:
         return bool(self.budget) and self.auto_exclude is not False
 
 
+QUANTIZATION_LEVELS = ("none", "fp8", "int4", "fp16", "bf16")   # --quantize, a build file's quantization_level
+
+
 @dataclass
 class TargetChoice:
     """Where the result goes: a .mcpir file (no target) or a target's artifacts."""
 
     name: str | None = None              # --target (None: write .mcpir)
     entry: str | None = None             # --name: the entry's name (default: from the file name)
-    backend: str = "python"              # --backend
     params: Any = None                   # the target's own options (Target.options_from)
     load_check: bool = True              # --load-check
     force: bool = False                  # --force
@@ -91,8 +93,10 @@ class CompileOptions:
 
         options = cls(checks=CheckOptions(verify=verify, dims=dict(dims or {})),
                       pipeline=PipelineOptions(layout=layout), quantize=quantize,
-                      target=TargetChoice(target, entry, backend, force=force))
-        return options.with_target_settings(get_target(target), {}, settings or {}, "settings")
+                      target=TargetChoice(target, entry, force=force))
+        t = get_target(target)
+        settings = {**({"backend": backend} if "backend" in t.option_types else {}), **(settings or {})}
+        return options.with_target_settings(t, {}, settings, "settings")
 
     @property
     def has_pipeline(self) -> bool:
@@ -101,15 +105,20 @@ class CompileOptions:
 
     def with_target_settings(self, target, flags: dict[str, Any], build_file: dict[str, Any] | None,  # noqa: ANN001
                              source: str = "the build file") -> CompileOptions:
-        """The target's own options from flags and a build file; its `quantization_level` sets
-        `quantize` unless --quantize gave one (then they must agree)."""
-        parsed = target.options_from(flags, build_file or {}, source)
+        """The target's own options from its flags and a build file. The build file's compiler
+        settings (`quantization_level`: --quantize, which wins when given) are read here and never
+        reach the target: options flow one way, compiler -> target."""
+        build_file = dict(build_file or {})
+        level = build_file.pop("quantization_level", None)
+        parsed = target.options_from(flags, build_file, source)
         out = replace(self, target=replace(self.target, params=parsed.params))
-        level = parsed.compile.get("quantize")
+        if level is not None and level not in QUANTIZATION_LEVELS:
+            raise UsageError(f"{source}: quantization_level must be one of {', '.join(QUANTIZATION_LEVELS)}, "
+                             f"got {level!r}")
         if level not in (None, "none") and out.quantize is None:
             from .passes.quantize import QuantizeOptions
 
-            out.quantize = QuantizeOptions(mode=level).validate()
+            out.quantize = QuantizeOptions(mode=level)
         return out
 
     def validate(self) -> CompileOptions:
@@ -141,8 +150,6 @@ class CompileOptions:
         if (p.print_ir_after or p.explain) and not self.has_pipeline:
             raise UsageError("--print-ir-after and --explain-pass need a pipeline: give --target, --passes, "
                              "--quantize or --opset")
-        if t.backend not in ("python", "onnxruntime"):
-            raise UsageError(f"--backend must be python or onnxruntime, got {t.backend!r}")
         if self.quantize is not None:
             self.quantize.validate()
         return self

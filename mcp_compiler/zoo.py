@@ -172,11 +172,12 @@ def convert_one(zm: ZooModel, cache: Path, verify: bool, model_file: Path, key: 
         staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=(cache / "entries").resolve()))
         try:
             follow_umask(staging, directory=True)  # mkdtemp makes 0700
-            options = CompileOptions(target=TargetChoice(zm.target, zm.name, zm.backend),
+            options = CompileOptions(target=TargetChoice(zm.target, zm.name),
                                      checks=CheckOptions(verify=verify, dims=zm.verify_dims if verify else {},
                                                          inputs=str(zm.inputs) if verify and zm.inputs else None))
             target = get_target(zm.target)
-            options = options.with_target_settings(target, {}, zm.serving, f"the manifest's entry {zm.name!r}")
+            serving = {**({"backend": zm.backend} if "backend" in target.option_types else {}), **zm.serving}
+            options = options.with_target_settings(target, {}, serving, f"the manifest's entry {zm.name!r}")
             out = staging
             if target.output_suffix:   # a file target (onnx): the entry is a folder holding NAME.onnx
                 (staging / zm.name).mkdir()

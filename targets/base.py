@@ -20,7 +20,6 @@ class TargetOptions:
     `Target.options_from`) and what the compiler decides (name, quantization)."""
 
     name: str | None = None
-    backend: str = "python"
     force: bool = False
     params: Any = None               # the target's own typed options (Target.options_from)
     quantization: str = "none"       # what the pipeline quantized to (one source: CompileOptions)
@@ -39,11 +38,26 @@ class EmitResult:
 
 @dataclass
 class ParsedOptions:
-    """What `Target.options_from` returns: the target's settings, and the compiler settings the
-    build file also names (e.g. {"quantize": "int4"}), which the caller merges into its own."""
+    """What `Target.options_from` returns: the target's typed settings (nothing flows back to
+    the compiler: its own build-file keys never reach the target)."""
 
     params: Any
-    compile: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConvertFlag:
+    """One of a target's own `convert` flags: the parameter's name, its annotation and its
+    typer.Option (shown in the target's help panel). `Target.settings_from_flags` turns the values
+    given into the target's settings (its build-file keys)."""
+
+    name: str
+    annotation: Any
+    option: Any
+
+
+# Settings a build file or a manifest entry may give that are the compiler's, not the target's:
+# read by the compiler (CompileOptions.with_target_settings), never handed to the target.
+COMPILER_SETTINGS: dict[str, type] = {"quantization_level": str}
 
 
 class Target(abc.ABC):
@@ -67,6 +81,15 @@ class Target(abc.ABC):
         return (1, 1)
 
     # --- options and names -------------------------------------------------------------------
+    def convert_flags(self) -> list[ConvertFlag]:
+        """The target's own `convert` flags (its help panel); none by default."""
+        return []
+
+    def settings_from_flags(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The target's settings (build-file keys) from its `convert` flags' values (None or
+        False: not given). By default, each given flag is the setting of its name."""
+        return {k: v for k, v in given.items() if v is not None and v is not False}
+
     def options_from(self, flags: Mapping[str, Any], build_file: Mapping[str, Any] | None = None) -> ParsedOptions:
         """The target's typed options from a build file's settings and the flags (None = not given;
         flags win). A target with no options refuses any."""
@@ -79,7 +102,7 @@ class Target(abc.ABC):
 
     def type_error(self, key: str, value: Any) -> str | None:
         """Why `value` is not a valid value of setting `key` (a known key), or None."""
-        want = self.option_types[key]
+        want = {**COMPILER_SETTINGS, **self.option_types}[key]
         if value is None and key in self.nullable_options:
             return None
         if isinstance(value, want) and not (want is int and isinstance(value, bool)):
@@ -101,9 +124,9 @@ class Target(abc.ABC):
         lines = {k: i + 1 for i, ln in enumerate(text.splitlines())
                  for k in [ln.split(":", 1)[0].strip()] if ":" in ln}
         for key, value in data.items():
-            if key not in self.option_types:
+            if key not in self.option_types and key not in COMPILER_SETTINGS:
                 raise UsageError(f"--config {path} line {lines.get(key, '?')}: unknown key {key!r} "
-                                 f"(known: {', '.join(self.option_types)})")
+                                 f"(known: {', '.join([*self.option_types, *COMPILER_SETTINGS])})")
             err = self.type_error(key, value)
             if err:
                 raise UsageError(f"--config {path} line {lines.get(key, '?')}: {key} {err}")

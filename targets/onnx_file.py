@@ -35,6 +35,16 @@ class OnnxTarget(Target):
 
         return (1, probed_max_opset())   # --verify runs the output in onnxruntime
 
+    def convert_flags(self) -> list:
+        import typer
+
+        from .base import ConvertFlag
+
+        return [ConvertFlag("external_data", bool, typer.Option(
+            False, "--external-data", rich_help_panel="Input and output",
+            help="With an .onnx output: the weights in OUT.onnx.data beside it (always when they exceed "
+                 "protobuf's 2 GB)."))]
+
     def options_from(self, flags: Mapping[str, Any], build_file: Mapping[str, Any] | None = None,
                      source: str = "the build file") -> ParsedOptions:
         from mcp_compiler.errors import UsageError

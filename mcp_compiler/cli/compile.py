@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
@@ -9,9 +10,9 @@ import typer
 
 from mcp_compiler.errors import UsageError
 
-from .common import DebugOpt, JsonOpt, examples, one_model, parse_dims, parse_ints, reporter, run, tri_state, write_json
+from .common import DebugOpt, JsonOpt, examples, one_model, parse_dims, reporter, run, write_json
 
-IN, PIPE, QUANT, TGT, CHECK, OUT = ("Input and output", "Pipeline", "Quantization", "Target: serving",
+IN, PIPE, QUANT, TGT, CHECK, OUT = ("Input and output", "Pipeline", "Quantization", "Target",
                                     "Checks", "Reporting")
 
 
@@ -31,8 +32,6 @@ InputOpt = _opt(None, "--input", "-i", panel=IN, help="The model, the older way 
 OutputOpt = _opt(None, "--output", "-o", panel=IN, show_default=False,
                  help="Without --target: the .mcpir file, or the optimized .onnx file, to write. With --target: "
                       "the model repository folder (default: model_repository).")
-ExternalOpt = _opt(False, "--external-data", panel=IN, help="With an .onnx output: the weights in OUT.onnx.data "
-                   "beside it (always when they exceed protobuf's 2 GB).")
 TargetOpt = _opt(None, "--target", "-t", panel=IN, help="Emit for this target (see `mcp-cli targets`).")
 NameOpt = _opt(None, "--name", panel=IN, help="The entry's name in the repository (default: the input file's "
                "stem, sanitized).")
@@ -93,44 +92,8 @@ AutoExclOpt = _opt(None, "--auto-exclude/--no-auto-exclude", panel=QUANT,
 AccSamplesOpt = _opt(16, "--accuracy-samples", panel=QUANT, help="Random input sets for the accuracy report "
                      "(0: none).")
 
-BackendOpt = _opt("python", "--backend", panel=TGT, metavar="python|onnxruntime",
-                  help="python (MCP-IR + the bundled runtime) or onnxruntime (Triton's onnxruntime backend).")
 ConfigOpt = _opt(None, "--config", panel=TGT, help="YAML build file with the target's settings (flags "
                  "override it).")
-DynOpt = _opt(None, "--dynamic-batch", panel=TGT, metavar="true|false|auto",
-              help="auto (default): on when every input and output has the same batch symbol at axis 0; "
-                   "true makes that a requirement.")
-NoDynOpt = _opt(False, "--no-dynamic-batch", panel=TGT, help="Same as --dynamic-batch false.")
-NoStateOpt = _opt(False, "--no-state", panel=TGT, help="Serve a model with state pairs stateless (the client "
-                  "sends and receives the state); default: the state kept on the server (sequence batcher).")
-StateOpt = _opt(None, "--state", panel=TGT, metavar="INPUT=OUTPUT",
-               help="A state pair to keep on the server (repeatable; replaces the pairs found, see `inspect`).")
-SeqStrategyOpt = _opt(None, "--sequence-strategy", panel=TGT, metavar="direct|oldest",
-                      help="The sequence batcher's strategy for a stateful model (default oldest: sequences "
-                           "interleave; direct: one sequence per instance at a time).")
-MaxBatchOpt = _opt(None, "--max-batch-size", panel=TGT, help="Largest batch Triton forms (default 8).")
-PrefOpt = _opt(None, "--preferred-batch-size", panel=TGT, metavar="N[,N...]",
-               help="Batch sizes the dynamic batcher waits to form.")
-DelayOpt = _opt(None, "--max-queue-delay-us", panel=TGT, help="How long the batcher may hold a request to "
-                "form a preferred batch (microseconds).")
-ConcOpt = _opt(None, "--max-concurrent-requests", panel=TGT, help="Bound on queued requests (dynamic "
-               "batching queue size); more are rejected.")
-TimeoutOpt = _opt(None, "--inference-timeout-ms", panel=TGT, help="Queue timeout; requests waiting longer "
-                  "are rejected.")
-InstOpt = _opt(None, "--instance-count", panel=TGT, help="Model instances per device (default 1).")
-KindOpt = _opt(None, "--kind", panel=TGT, metavar="cpu|gpu", help="Where instances run (default cpu).")
-TpOpt = _opt(None, "--tensor-parallel-size", panel=TGT, help="gpu: place instances on GPUs 0..N-1 "
-             "(default 1).")
-WarmOpt = _opt(None, "--warmup/--no-warmup", panel=TGT, help="Add a model_warmup built from the contract.")
-WarmDimsOpt = _opt(None, "--warmup-dims", panel=TGT, metavar="NAME=SIZE[,...]",
-                   help="Symbol sizes for the warm-up inputs, e.g. H=64,W=64.")
-PrepackOpt = _opt(None, "--prepack/--no-prepack", panel=TGT,
-                  help="onnxruntime weight prepacking in the served model (--no-prepack: load in "
-                       "milliseconds from the mapped weights, no packed copy in memory).")
-DequantOpt = _opt(None, "--dequantize-at-load/--no-dequantize-at-load", panel=TGT,
-                  help="fp8/int4-qdq weights dequantized once when the served model loads (float32 in "
-                       "memory, float32 speed; the files stay small). Default: on for --kind cpu, whose "
-                       "onnxruntime kernels would dequantize them on every request.")
 LoadCheckOpt = _opt(True, "--load-check/--no-load-check", panel=TGT,
                     help="Load the emitted model in its serving runtime before the entry is moved into place.")
 
@@ -151,10 +114,48 @@ CONVERT_EXAMPLES = examples(
     "mcp-cli convert model.onnx -t triton-v1.12 --max-batch-size 16 --preferred-batch-size 4,8 --json")
 
 
+def with_target_flags(fn: Callable) -> Callable:
+    """`convert`'s `target_flags` parameter becomes every target's own flags (each declared by its
+    target: Target.convert_flags, in the target's help panel); the command gets their values as
+    one dict, and each target turns the ones given into its settings (Target.settings_from_flags)."""
+    import functools
+    import inspect
+
+    from mcp_compiler.targets import TARGETS
+
+    owner: dict[str, str] = {}
+    declared = []
+    for cls in TARGETS.values():
+        for f in cls().convert_flags():
+            if f.name in owner:
+                raise RuntimeError(f"targets {owner[f.name]} and {cls.name} both declare convert flag {f.name}")
+            owner[f.name] = cls.name
+            declared.append(f)
+    P = inspect.Parameter
+    sig = inspect.signature(fn, eval_str=True)
+    params = []
+    for p in sig.parameters.values():
+        if p.name == "target_flags":
+            params += [P(f.name, P.KEYWORD_ONLY, default=f.option, annotation=f.annotation) for f in declared]
+        else:
+            params.append(p.replace(kind=P.KEYWORD_ONLY))
+
+    @functools.wraps(fn)
+    def wrapper(**kw: Any) -> Any:
+        return fn(target_flags={n: kw.pop(n) for n in owner}, **kw)
+
+    wrapper.__signature__ = sig.replace(parameters=params)
+    TARGET_FLAG_OWNER.update(owner)
+    return wrapper
+
+
+TARGET_FLAG_OWNER: dict[str, str] = {}   # each target's convert flag -> the target that declares it
+
+
+@with_target_flags
 def convert(
     model: Optional[Path] = ModelArg, input: Optional[Path] = InputOpt, output: Optional[str] = OutputOpt,
     target: Optional[str] = TargetOpt, name: Optional[str] = NameOpt, force: bool = ForceOpt,
-    external_data: bool = ExternalOpt,
     check: bool = CheckOnnxOpt, infer_shapes: bool = InferOpt,
     passes: Optional[str] = PassesOpt, disable_pass: Optional[list[str]] = DisableOpt,
     verify_each: bool = VerifyEachOpt, print_ir_after: Optional[list[str]] = PrintIrOpt,
@@ -167,16 +168,8 @@ def convert(
     quantize_max_error: Optional[float] = QMaxErrOpt, calibration_data: Optional[Path] = CalibOpt,
     accuracy_budget: Optional[str] = BudgetOpt, auto_exclude: Optional[bool] = AutoExclOpt,
     accuracy_samples: int = AccSamplesOpt,
-    backend: str = BackendOpt, config: Optional[Path] = ConfigOpt, dynamic_batch: Optional[str] = DynOpt,
-    no_dynamic_batch: bool = NoDynOpt, no_state: bool = NoStateOpt, state: Optional[list[str]] = StateOpt,
-    sequence_strategy: Optional[str] = SeqStrategyOpt, max_batch_size: Optional[int] = MaxBatchOpt,
-    preferred_batch_size: Optional[str] = PrefOpt, max_queue_delay_us: Optional[int] = DelayOpt,
-    max_concurrent_requests: Optional[int] = ConcOpt, inference_timeout_ms: Optional[int] = TimeoutOpt,
-    instance_count: Optional[int] = InstOpt, kind: Optional[str] = KindOpt,
-    tensor_parallel_size: Optional[int] = TpOpt, model_warmup: Optional[bool] = WarmOpt,
-    warmup_dims: Optional[str] = WarmDimsOpt, prepack: Optional[bool] = PrepackOpt,
-    dequantize_at_load: Optional[bool] = DequantOpt,
-    load_check: bool = LoadCheckOpt,
+    config: Optional[Path] = ConfigOpt, load_check: bool = LoadCheckOpt,
+    target_flags: Optional[dict] = None,   # every target's own flags: with_target_flags
     verify: bool = VerifyOpt, dims: Optional[str] = DimsOpt, inputs: Optional[Path] = InputsOpt,
     report: Optional[Path] = ReportOpt, verbose: bool = VerboseOpt,
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
@@ -206,7 +199,7 @@ def convert(
     run(rep, debug, body)
 
 
-_CHOICES = ("layout", "quantize", "int4_method", "int4_format", "fp8_format", "backend", "kind", "target", "sequence_strategy")
+_CHOICES = ("layout", "quantize", "int4_method", "int4_format", "fp8_format", "target")
 
 
 def _ir_to_stderr() -> None:
@@ -242,9 +235,8 @@ def compile_options(f: dict[str, Any]):  # noqa: ANN201 - options.CompileOptions
         accuracy=AccuracyOptions(calibration_data=_str(f["calibration_data"]),
                                  budget=parse_budget(f["accuracy_budget"]), samples=f["accuracy_samples"],
                                  auto_exclude=f["auto_exclude"]),
-        target=TargetChoice(name=_target_name(f), entry=f["name"], backend=str(f["backend"]),
-                            load_check=f["load_check"], force=f["force"]))
-    return _with_target(options, f).validate()
+        target=TargetChoice(name=_target_name(f), entry=f["name"], load_check=f["load_check"], force=f["force"]))
+    return _with_target(options, f)   # validated once, by compile_model
 
 
 def _target_name(f: dict[str, Any]) -> str | None:
@@ -270,36 +262,28 @@ def _quantize(f: dict[str, Any]):  # noqa: ANN202 - passes.quantize.QuantizeOpti
         max_error=f["quantize_max_error"])
 
 
-# convert's flags that are the target's own settings (its build file's keys)
-TARGET_FLAGS = ("max_batch_size", "max_queue_delay_us", "max_concurrent_requests", "inference_timeout_ms",
-                "instance_count", "tensor_parallel_size", "model_warmup", "prepack", "dequantize_at_load")
-
-
 def _with_target(options, f: dict[str, Any]):  # noqa: ANN001, ANN202 - CompileOptions
-    given = {k: f[k] for k in TARGET_FLAGS if f[k] is not None}
-    if f["external_data"]:
-        given["external_data"] = True
-    given.update({k: v for k, v in (
-        ("dynamic_batch", False if f["no_dynamic_batch"] else tri_state(f["dynamic_batch"], "--dynamic-batch")),
-        ("preferred_batch_size", parse_ints(f["preferred_batch_size"], "--preferred-batch-size")),
-        ("kind", _str(f["kind"])),
-        ("stateful", False if f["no_state"] else None),
-        ("state", list(f["state"]) if f["state"] else None),
-        ("sequence_strategy", _str(f["sequence_strategy"])),
-        ("warmup_dims", parse_dims(f["warmup_dims"], "--warmup-dims") if f["warmup_dims"] else None)) if v is not None})
+    """The chosen target's settings from its own flags (and --config); a flag of another target,
+    or any with no target, is a UsageError naming it."""
+    given = {k: v for k, v in (f["target_flags"] or {}).items() if v is not None and v is not False}
     name = _target_name(f)
     if name is None:
-        if given or f["config"] is not None or f["dynamic_batch"] is not None:
-            flag = "--config" if f["config"] is not None else "--" + next(iter(given or {"dynamic_batch": 0})).replace("_", "-")
+        if given or f["config"] is not None:
+            flag = "--config" if f["config"] is not None else "--" + next(iter(given)).replace("_", "-")
             raise UsageError(f"{flag} needs --target (it is a target setting)")
         return options
     from mcp_compiler.targets import get_target
 
     t = get_target(name)
+    for k in given:
+        if TARGET_FLAG_OWNER.get(k) != name:
+            what = "the ONNX output" if name == "onnx" else f"target {name}"
+            raise UsageError(f"--{k.replace('_', '-')} is not a setting of {what} (it is "
+                             f"{TARGET_FLAG_OWNER.get(k)}'s)")
+    settings = t.settings_from_flags({k: v for k, v in (f["target_flags"] or {}).items()
+                                      if TARGET_FLAG_OWNER.get(k) == name})
     build_file = t.load_build_file(f["config"]) if f["config"] is not None else {}
-    if options.quantize is not None and "quantization_level" in t.option_types:
-        given["quantization_level"] = options.quantize.mode
-    return options.with_target_settings(t, given, build_file, f"--config {f['config']}")
+    return options.with_target_settings(t, settings, build_file, f"--config {f['config']}")
 
 
 def inspect(

@@ -52,14 +52,21 @@ class TritonTarget(Target):
         return (7, probed_max_opset())
 
     # --- options and names -------------------------------------------------------------------
+    def convert_flags(self) -> list:
+        from .flags import convert_flags
+
+        return convert_flags()
+
+    def settings_from_flags(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        from .flags import settings_from_flags
+
+        return settings_from_flags(given)
+
     def options_from(self, flags: Mapping[str, Any], build_file: Mapping[str, Any] | None = None,
                      source: str = "the build file") -> ParsedOptions:
-        from .params import quantization_level, resolve
+        from .params import resolve
 
-        build_file = dict(build_file or {})
-        level = quantization_level(build_file, dict(flags), source)
-        return ParsedOptions(resolve(build_file, dict(flags), source),
-                             {"quantize": level} if level is not None else {})
+        return ParsedOptions(resolve(dict(build_file or {}), dict(flags), source))
 
     # --- compile -----------------------------------------------------------------------------
     def check(self, model) -> list[str]:  # noqa: ANN001 - mcp_compiler.ir.Model

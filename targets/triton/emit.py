@@ -52,8 +52,7 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     the target's runtime (unless options.load_check is off) and handed to options.check before it
     replaces anything; on any failure no entry, staging folder or new empty DIR is left behind."""
     name = check_name(options.name if options.name is not None else "model")
-    if options.backend not in ("python", "onnxruntime"):
-        raise UsageError(f"--backend must be python or onnxruntime, got {options.backend!r}")
+    backend = params.backend   # checked with the other serving settings (ServingParams.validate)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"--output {out_dir} exists and is not a directory")
@@ -62,7 +61,7 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
         raise UsageError(f"model name {name!r} escapes the repository {out_dir}")
     if final.exists() and not options.force:
         raise OutputExistsError(f"{final} exists; pass --force to replace it")
-    cfg, warnings, cfg_files = build_config(model, name, options.backend, params, options.quantization)
+    cfg, warnings, cfg_files = build_config(model, name, backend, params, options.quantization)
     made = _make_dirs(out_dir)
     staging = tmp = None
     try:
@@ -70,7 +69,7 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
         warnings += warn
         vdir = tmp / str(version)
         vdir.mkdir()
-        if options.backend == "python":
+        if backend == "python":
             write_mcpir(model, vdir / "model.mcpir")
             model_py = resources.files("mcp_compiler.targets.triton").joinpath("runtime", "model.py")
             (vdir / "model.py").write_bytes(model_py.read_bytes())
@@ -82,7 +81,7 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(data)
         if options.load_check:
-            load_check(vdir, options.backend)
+            load_check(vdir, backend)
         if options.check is not None:
             options.check(tmp)
         files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file() and "__pycache__" not in p.parts)

@@ -7,7 +7,6 @@ from typing import Any, Callable
 
 from mcp_compiler.errors import UsageError
 
-QUANTIZATION_LEVELS = ("none", "fp8", "int4", "fp16", "bf16")
 INT32_MAX = 2**31 - 1
 
 
@@ -15,6 +14,7 @@ INT32_MAX = 2**31 - 1
 class ServingParams:
     """What config.pbtxt says beyond the model's contract. None = not set (Triton's default)."""
 
+    backend: str = "python"                  # python (MCP-IR + the bundled runtime) | onnxruntime
     dynamic_batch: bool | None = None        # None: on when the contract allows it, else a warning
     max_batch_size: int = 8
     preferred_batch_size: list[int] = field(default_factory=list)
@@ -47,6 +47,8 @@ class ServingParams:
             if v is not None and v > INT32_MAX:  # config.pbtxt's fields are int32
                 raise UsageError(f"{name} must be at most {INT32_MAX}, got {v}")
 
+        if self.backend not in ("python", "onnxruntime"):
+            raise UsageError(f"{label('backend')} must be python or onnxruntime, got {self.backend!r}")
         positive("max_batch_size", self.max_batch_size)
         positive("max_queue_delay_us", self.max_queue_delay_us, allow_zero=True)
         positive("max_concurrent_requests", self.max_concurrent_requests)
@@ -73,23 +75,22 @@ class ServingParams:
 
 
 _FIELDS = {f.name: f for f in fields(ServingParams)}
-# The build file's keys: the serving parameters, and `quantization_level`, which is the compiler's
-# --quantize (one setting: it goes to the caller, not into ServingParams).
-OPTION_TYPES: dict[str, type] = {**{k: int for k in _FIELDS}, "dynamic_batch": bool,
+# The build file's keys: the serving parameters (the compiler's own keys, such as
+# quantization_level, are read by the compiler: targets.base.COMPILER_SETTINGS).
+OPTION_TYPES: dict[str, type] = {**{k: int for k in _FIELDS}, "backend": str, "dynamic_batch": bool,
                                  "preferred_batch_size": list, "kind": str, "model_warmup": bool,
                                  "warmup_dims": dict, "prepack": bool, "dequantize_at_load": bool,
-                                 "quantization_level": str, "stateful": bool, "sequence_strategy": str,
-                                 "state": list}
+                                 "stateful": bool, "sequence_strategy": str, "state": list}
 # The flag that sets each key on `convert`.
 FLAGS = {k: "--" + k.replace("_", "-") for k in OPTION_TYPES}
-FLAGS.update(model_warmup="--warmup", quantization_level="--quantize")
+FLAGS.update(model_warmup="--warmup")
 
 
 def resolve(build_file: dict[str, Any], flags: dict[str, Any], source: str = "the build file") -> ServingParams:
     """Build-file values, then the flags the user gave (None = not given); a bad value is named
     by its flag, or by its key in `source`."""
     given = {k: v for k, v in flags.items() if v is not None}
-    merged = {k: v for k, v in {**build_file, **given}.items() if k != "quantization_level"}
+    merged = {**build_file, **given}
     unknown = sorted(set(merged) - set(_FIELDS))
     if unknown:
         raise UsageError(f"unknown serving setting {unknown[0]!r} (known: {', '.join(_FIELDS)})")
@@ -103,12 +104,3 @@ def resolve(build_file: dict[str, Any], flags: dict[str, Any], source: str = "th
         if str(e).startswith("-"):
             raise
         raise UsageError(f"{source}: {e}") from None
-
-
-def quantization_level(build_file: dict[str, Any], flags: dict[str, Any], source: str = "the build file") -> str | None:
-    """The build file's (or flag's) `quantization_level`, checked: the compiler's --quantize."""
-    level = flags.get("quantization_level") or build_file.get("quantization_level")
-    if level is not None and level not in QUANTIZATION_LEVELS:
-        where = "--quantize" if flags.get("quantization_level") else f"{source}: quantization_level"
-        raise UsageError(f"{where} must be one of {', '.join(QUANTIZATION_LEVELS)}, got {level!r}")
-    return level

@@ -1,0 +1,85 @@
+"""The Triton target's own `convert` flags (the "Target: serving" help panel) and the settings
+they make: the build file's keys, merged with it by params.resolve."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional
+
+PANEL = "Target: serving (triton-v1.12)"
+
+
+def convert_flags() -> list:
+    import typer
+
+    from ..base import ConvertFlag
+
+    def flag(name: str, annotation: Any, default: Any, *decls: str, help: str, **kw: Any) -> ConvertFlag:
+        return ConvertFlag(name, annotation, typer.Option(default, *decls, rich_help_panel=PANEL, help=help, **kw))
+
+    return [
+        flag("backend", Optional[str], None, "--backend", metavar="python|onnxruntime",
+             help="python (MCP-IR + the bundled runtime; default) or onnxruntime (Triton's onnxruntime backend)."),
+        flag("dynamic_batch", Optional[str], None, "--dynamic-batch", metavar="true|false|auto",
+             help="auto (default): on when every input and output has the same batch symbol at axis 0; "
+                  "true makes that a requirement."),
+        flag("no_dynamic_batch", bool, False, "--no-dynamic-batch", help="Same as --dynamic-batch false."),
+        flag("no_state", bool, False, "--no-state", help="Serve a model with state pairs stateless (the client "
+             "sends and receives the state); default: the state kept on the server (sequence batcher)."),
+        flag("state", Optional[list[str]], None, "--state", metavar="INPUT=OUTPUT",
+             help="A state pair to keep on the server (repeatable; replaces the pairs found, see `inspect`)."),
+        flag("sequence_strategy", Optional[str], None, "--sequence-strategy", metavar="direct|oldest",
+             help="The sequence batcher's strategy for a stateful model (default oldest: sequences "
+                  "interleave; direct: one sequence per instance at a time)."),
+        flag("max_batch_size", Optional[int], None, "--max-batch-size", help="Largest batch Triton forms (default 8)."),
+        flag("preferred_batch_size", Optional[str], None, "--preferred-batch-size", metavar="N[,N...]",
+             help="Batch sizes the dynamic batcher waits to form."),
+        flag("max_queue_delay_us", Optional[int], None, "--max-queue-delay-us", help="How long the batcher may "
+             "hold a request to form a preferred batch (microseconds)."),
+        flag("max_concurrent_requests", Optional[int], None, "--max-concurrent-requests", help="Bound on queued "
+             "requests (dynamic batching queue size); more are rejected."),
+        flag("inference_timeout_ms", Optional[int], None, "--inference-timeout-ms", help="Queue timeout; "
+             "requests waiting longer are rejected."),
+        flag("instance_count", Optional[int], None, "--instance-count", help="Model instances per device (default 1)."),
+        flag("kind", Optional[str], None, "--kind", metavar="cpu|gpu", help="Where instances run (default cpu)."),
+        flag("tensor_parallel_size", Optional[int], None, "--tensor-parallel-size", help="gpu: place instances "
+             "on GPUs 0..N-1 (default 1)."),
+        flag("model_warmup", Optional[bool], None, "--warmup/--no-warmup", help="Add a model_warmup built from "
+             "the contract."),
+        flag("warmup_dims", Optional[str], None, "--warmup-dims", metavar="NAME=SIZE[,...]",
+             help="Symbol sizes for the warm-up inputs, e.g. H=64,W=64."),
+        flag("prepack", Optional[bool], None, "--prepack/--no-prepack", help="onnxruntime weight prepacking in "
+             "the served model (--no-prepack: load in milliseconds from the mapped weights, no packed copy "
+             "in memory)."),
+        flag("dequantize_at_load", Optional[bool], None, "--dequantize-at-load/--no-dequantize-at-load",
+             help="fp8/int4-qdq weights dequantized once when the served model loads (float32 in memory, "
+                  "float32 speed; the files stay small). Default: on for --kind cpu, whose onnxruntime "
+                  "kernels would dequantize them on every request."),
+    ]
+
+
+# flags whose value is the setting as it is
+_PLAIN = ("max_batch_size", "max_queue_delay_us", "max_concurrent_requests", "inference_timeout_ms",
+          "instance_count", "tensor_parallel_size", "model_warmup", "prepack", "dequantize_at_load")
+
+
+def settings_from_flags(f: Mapping[str, Any]) -> dict[str, Any]:
+    """The build-file keys the flags given set (a flag not given sets nothing)."""
+    from mcp_compiler.cli.common import parse_dims, parse_ints, tri_state
+
+    def lower(v: Any) -> Any:
+        return v.lower() if isinstance(v, str) else v
+
+    given = {k: f[k] for k in _PLAIN if f.get(k) is not None}
+    given.update({k: v for k, v in (
+        ("backend", lower(f.get("backend"))),
+        ("dynamic_batch", False if f.get("no_dynamic_batch") else tri_state(lower(f.get("dynamic_batch")),
+                                                                          "--dynamic-batch")),
+        ("preferred_batch_size", parse_ints(f.get("preferred_batch_size"), "--preferred-batch-size")),
+        ("kind", lower(f.get("kind"))),
+        ("stateful", False if f.get("no_state") else None),
+        ("state", list(f["state"]) if f.get("state") else None),
+        ("sequence_strategy", lower(f.get("sequence_strategy"))),
+        ("warmup_dims", parse_dims(f["warmup_dims"], "--warmup-dims") if f.get("warmup_dims") else None),
+    ) if v is not None})
+    return given
