@@ -50,6 +50,14 @@ def serve(
                               "watched for changes, and deploy/undeploy are refused by the server."),
     allow_unavailable: bool = typer.Option(False, "--allow-unavailable", help="Keep serving when a model "
                                            "fails to load (default: stop, exit 1, naming each one and why)."),
+    trace: Optional[str] = typer.Option(None, "--trace", metavar="otlp=URL|file=PATH", rich_help_panel="Tracing",
+                                        help="OpenTelemetry traces: Triton's spans and the runtime's under them, to "
+                                        "an OTLP/HTTP collector (otlp=http://HOST:4318), or to files (file=PATH: "
+                                        "Triton's JSON trace, the runtime's spans in PATH.runtime.jsonl)."),
+    trace_rate: int = typer.Option(1, "--trace-rate", rich_help_panel="Tracing",
+                                   help="Trace one request in N."),
+    trace_level: str = typer.Option("TIMESTAMPS", "--trace-level", metavar="TIMESTAMPS|TENSORS",
+                                    rich_help_panel="Tracing", help="What Triton records in its spans."),
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
     """Start a local Triton Inference Server on 127.0.0.1 for REPOSITORY (Ctrl-C stops it, exit 0).
@@ -67,7 +75,7 @@ def serve(
         import signal
         import sys
 
-        from .serve import TritonServer
+        from .serve import Trace, TritonServer
 
         def stop(signum, frame):  # noqa: ANN001, ANN202
             raise KeyboardInterrupt
@@ -80,11 +88,16 @@ def serve(
         # SIGINT too, explicitly: a job a script started with `&` inherits SIGINT ignored.
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        traced = Trace.parse(trace, trace_rate, trace_level) if trace is not None else None
+        if traced is None and (trace_rate != 1 or trace_level.upper() != "TIMESTAMPS"):
+            raise UsageError("--trace-rate and --trace-level go with --trace")
+        if traced is not None:
+            _check_trace_sdk(rep)
         ports, notes = _ports(http_port, grpc_port, metrics_port)
         # the server keeps running when a model fails to load: the failures are reported below
         server = TritonServer(repository, mode=mode, load_all=load_all, http_port=ports["http"],
                               grpc_port=ports["grpc"], metrics_port=ports["metrics"],
-                              extra_args=["--exit-on-error=false", "--strict-readiness=false"])
+                              extra_args=["--exit-on-error=false", "--strict-readiness=false"], trace=traced)
         failed = True
         try:
             with rep.status("starting tritonserver"):
@@ -105,6 +118,17 @@ def serve(
             server.close(keep_log=failed and server.log_path.exists() and server.proc is not None)
 
     run(rep, debug, body)
+
+
+def _check_trace_sdk(rep) -> None:  # noqa: ANN001
+    """The runtime's spans need the OpenTelemetry SDK in the server's Python (the trace extra);
+    without it Triton's own spans still go out, and this says so."""
+    import importlib.util
+
+    if importlib.util.find_spec("opentelemetry.sdk") is None or \
+            importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is None:
+        rep.err.print("note: the OpenTelemetry SDK is not installed (pip install 'mcp-cli[trace]'): only Triton's "
+                      "own spans are traced, not the runtime's", markup=False)
 
 
 def _unavailable(rep, down: list[dict], total: int) -> None:  # noqa: ANN001
@@ -135,7 +159,8 @@ def _ports(http: int | None, grpc: int | None, metrics: int | None) -> tuple[dic
 def _serving(rep, server, repository: Path, notes: list[str], models: list[dict], mode: str) -> None:  # noqa: ANN001
     rep.json({"http": f"http://{server.http_url}", "grpc": f"grpc://{server.grpc_url}",
               "metrics": f"http://{server.metrics_url}/metrics", "log": str(server.log_path),
-              "model_control": mode, "notes": notes, "models": models})
+              "model_control": mode, "notes": notes, "models": models,
+              "trace": (server.trace.otlp or str(server.trace.file)) if server.trace else None})
     if rep.json_mode:
         rep.finish(ok=True)   # printed now: the server runs until stopped
         return
@@ -144,6 +169,10 @@ def _serving(rep, server, repository: Path, notes: list[str], models: list[dict]
     rep.out.print(f"Triton is serving {repository}\n  HTTP     http://{server.http_url}\n"
                   f"  gRPC     grpc://{server.grpc_url}\n  metrics  http://{server.metrics_url}/metrics  (Prometheus)\n"
                   f"  log      {server.log_path}", markup=False)
+    if server.trace:
+        t = server.trace
+        rep.out.print(f"  traces   {t.otlp or t.file} (one request in {t.rate}, {t.level}; the runtime's spans "
+                      f"{'to the same collector' if t.otlp else f'in {t.file}.runtime.jsonl'})", markup=False)
     for m in models:
         rep.out.print(f"  model {_model_line(m)}", markup=False)
     if mode == "explicit":

@@ -28,7 +28,7 @@ from .config import build_config, check_name, to_pbtxt
 from .params import ServingParams
 
 RUNTIME_PACKAGE = "mcp_runtime"
-_RUNTIME_FILES = ("__init__.py", "runtime.py", "sequences.py")
+_RUNTIME_FILES = ("__init__.py", "runtime.py", "sequences.py", "telemetry.py")
 
 
 def write_runtime(dest: Path) -> list[Path]:

@@ -85,13 +85,78 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
+TRACE_LEVELS = ("TIMESTAMPS", "TENSORS")
+
+
+@dataclass
+class Trace:
+    """`serve --trace`: where spans go (an OTLP/HTTP collector, or a file), how often Triton
+    samples a request (1 in `rate`) and what it records (`level`)."""
+
+    otlp: str | None = None      # http://HOST:PORT/v1/traces
+    file: Path | None = None
+    rate: int = 1
+    level: str = "TIMESTAMPS"
+
+    @classmethod
+    def parse(cls, spec: str, rate: int = 1, level: str = "TIMESTAMPS") -> Trace:
+        kind, sep, value = spec.partition("=")
+        if not sep or not value.strip() or kind not in ("otlp", "file"):
+            raise UsageError(f"--trace {spec!r}: expected otlp=http://HOST:PORT[/v1/traces] or file=PATH")
+        if rate < 1:
+            raise UsageError(f"--trace-rate must be >= 1 (one request in N is traced), got {rate}")
+        if level.upper() not in TRACE_LEVELS:
+            raise UsageError(f"--trace-level must be TIMESTAMPS or TENSORS, got {level!r}")
+        if kind == "file":
+            from mcp_compiler.files import check_output
+
+            path = Path(value)
+            check_output(path, "--trace file=", force=True)
+            return cls(file=path, rate=rate, level=level.upper())
+        url = value.strip()
+        if "://" not in url:
+            url = "http://" + url
+        scheme, _, rest = url.partition("://")
+        if scheme not in ("http", "https") or not rest.split("/", 1)[0]:
+            raise UsageError(f"--trace otlp={value}: expected an OTLP/HTTP collector, http://HOST:PORT[/v1/traces]")
+        if "/" not in rest:
+            url = url.rstrip("/") + "/v1/traces"
+        return cls(otlp=url, rate=rate, level=level.upper())
+
+    def args(self) -> list[str]:
+        """Triton's own trace settings: OpenTelemetry mode to the collector, or Triton's JSON file."""
+        from mcp_compiler import __version__
+
+        common = ["--trace-config", f"rate={self.rate}", "--trace-config", f"level={self.level}"]
+        if self.otlp:
+            return ["--trace-config", "mode=opentelemetry", *common,
+                    "--trace-config", f"opentelemetry,url={self.otlp}",
+                    "--trace-config", "opentelemetry,resource=service.name=mcp-cli",
+                    "--trace-config", f"opentelemetry,resource=mcp_cli.version={__version__}"]
+        return ["--trace-config", "mode=triton", *common, "--trace-config", f"triton,file={self.file}",
+                "--trace-config", "triton,log-frequency=1"]
+
+    def env(self) -> dict[str, str]:
+        """What the runtime in each stub reads (mcp_runtime.telemetry)."""
+        from mcp_compiler import __version__
+
+        out = {"MCP_CLI_VERSION": __version__, "MCP_TRACE_SERVICE": "mcp-cli"}
+        if self.otlp:
+            out["MCP_TRACE_OTLP"] = self.otlp
+        else:
+            out["MCP_TRACE_FILE"] = str(self.file)
+            out["MCP_TRACE_RATE"] = str(self.rate)
+        return out
+
+
 class TritonServer:
     """Start/stop a tritonserver on 127.0.0.1; use as a context manager."""
 
     def __init__(self, repository: str | os.PathLike, *, explicit: bool = False, mode: str | None = None,
                  load_all: bool = False, http_port: int | None = None, grpc_port: int | None = None,
                  metrics_port: int | None = None, extra_args: list[str] | None = None,
-                 log_path: str | os.PathLike | None = None, startup_timeout: float = 60.0) -> None:
+                 log_path: str | os.PathLike | None = None, startup_timeout: float = 60.0,
+                 trace: Trace | None = None) -> None:
         """Ports: None or 0 picks free ones; a port given is used or the start fails naming it
         (a server on other ports than asked would have clients talk to another server).
 
@@ -106,7 +171,8 @@ class TritonServer:
             raise ValueError(f"model control mode {self.mode!r}")
         self.load_all = load_all
         self.http_port, self.grpc_port, self.metrics_port = http_port or None, grpc_port or None, metrics_port or None
-        self.extra_args = list(extra_args or [])
+        self.trace = trace
+        self.extra_args = [*(trace.args() if trace else []), *(extra_args or [])]
         self.startup_timeout = startup_timeout
         self.proc: subprocess.Popen | None = None
         self._tmp = Path(tempfile.mkdtemp(prefix="mcp-triton-"))
@@ -140,6 +206,10 @@ class TritonServer:
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         libdir = sysconfig.get_config_var("LIBDIR") or ""
         env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
+        for k in ("MCP_TRACE_OTLP", "MCP_TRACE_FILE", "MCP_TRACE_RATE"):   # only what this server was asked to trace
+            env.pop(k, None)
+        if self.trace:
+            env.update(self.trace.env())
         return env
 
     def start(self) -> TritonServer:

@@ -5,11 +5,17 @@ onnxruntime only). With dynamic batching, the requests Triton hands over togethe
 concatenated along axis 0 and run as one batch when their other dims agree. With state pairs
 (parameter `mcp_state`, Triton's sequence batcher), each sequence's state is kept here between
 its requests (mcp_runtime.SequenceState): clients send only the non-state inputs.
+
+Observability: the load's phases and the runtime's errors are Triton custom metrics on the
+server's metrics port (mcp_model_load_seconds{phase=read|session|total}, mcp_runtime_errors_total,
+mcp_trace_spans_dropped); with `mcp-cli serve --trace`, spans of the load and of each sampled
+request go to the collector under the server's own spans (mcp_runtime.telemetry).
 """
 
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -19,6 +25,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 from mcp_runtime import MCPIRModel, SequenceState  # noqa: E402
+from mcp_runtime.telemetry import Telemetry, trace_context  # noqa: E402
 
 
 class TritonPythonModel:
@@ -30,8 +37,15 @@ class TritonPythonModel:
         threads = int(params.get("intra_op_threads", "0") or 0)
         prepack = params.get("ort_prepack", "true").lower() != "false"
         dequantize = params.get("ort_dequantize_at_load", "false").lower() == "true"
+        t0 = time.time_ns()
         self.model = MCPIRModel(path, intra_op_threads=threads or None, prepack=prepack,
                                 dequantize_at_load=dequantize)
+        name, version = args.get("model_name", cfg.get("name", "?")), str(args.get("model_version", "?"))
+        self.metrics = _Metrics(name, version)
+        self.metrics.loaded(self.model.load_phases, t0)
+        self.tel = Telemetry.create(name, version)
+        if self.tel is not None:
+            self.tel.load(t0, self.model.load_phases)
         self.inputs = [i["name"] for i in cfg["input"]]
         self.outputs = [o["name"] for o in cfg["output"]]
         # scalars the model takes or gives travel as [1] (Triton has no scalars without batching)
@@ -49,8 +63,16 @@ class TritonPythonModel:
 
     def execute(self, requests):
         if self.sequences is not None:
-            return [self._step(r) for r in requests]
+            responses = [self._step(r) for r in requests]
+        else:
+            responses = self._execute(requests)
+        self.metrics.after(responses, self.tel)
+        return responses
+
+    def _execute(self, requests):
+        t0 = time.time_ns()
         feeds = [self._feeds(r) for r in requests]
+        t1 = time.time_ns()
         if self.max_batch > 0 and len(feeds) > 1 and _stackable(feeds):
             sizes = [f[self.inputs[0]].shape[0] for f in feeds]
             joined = {n: np.concatenate([f[n] for f in feeds]) for n in self.inputs}
@@ -58,15 +80,29 @@ class TritonPythonModel:
                 outs = self.model.run(joined, self.outputs)
             except Exception as e:  # noqa: BLE001 - reported to each client
                 return [_error(e) for _ in requests]
+            t2 = time.time_ns()
             bounds = np.cumsum([0] + sizes)
-            return [_response(self.outputs, [o[a:b] for o in outs]) for a, b in zip(bounds, bounds[1:])]
+            responses = [_response(self.outputs, [o[a:b] for o in outs]) for a, b in zip(bounds, bounds[1:])]
+            self._traced(requests, t0, t1, t2, time.time_ns())
+            return responses
         responses = []
-        for f in feeds:
+        for r, f in zip(requests, feeds):
             try:
-                responses.append(_response(self.outputs, self.model.run(f, self.outputs)))
+                t1 = time.time_ns()
+                outs = self.model.run(f, self.outputs)
+                t2 = time.time_ns()
+                responses.append(_response(self.outputs, outs))
+                self._traced([r], t0, t1, t2, time.time_ns())
             except Exception as e:  # noqa: BLE001
                 responses.append(_error(e))
         return responses
+
+    def _traced(self, requests, t0, t1, t2, t3):
+        if self.tel is None:
+            return
+        phases = [("mcp.decode_inputs", t0, t1), ("mcp.onnxruntime.run", t1, t2), ("mcp.encode_outputs", t2, t3)]
+        for r in requests:
+            self.tel.request(trace_context(r), phases, len(requests))
 
     def _step(self, request):
         def flag(name):
@@ -82,7 +118,48 @@ class TritonPythonModel:
         return _response(self.outputs, outs)
 
     def finalize(self):
+        if self.tel is not None:
+            self.tel.shutdown()
         self.model = None
+
+
+class _Metrics:
+    """The runtime's Triton custom metrics (none where the python backend has no metrics API)."""
+
+    def __init__(self, model, version):
+        labels = {"model": model, "version": version}
+        try:
+            gauge, counter = pb_utils.MetricFamily.GAUGE, pb_utils.MetricFamily.COUNTER
+            # the families must outlive their metrics: kept here
+            self.families = [
+                pb_utils.MetricFamily(name="mcp_model_load_seconds", kind=gauge,
+                                      description="mcp-cli runtime: seconds the last load took, by phase"),
+                pb_utils.MetricFamily(name="mcp_runtime_errors_total", kind=counter,
+                                      description="mcp-cli runtime: requests that failed in the runtime"),
+                pb_utils.MetricFamily(name="mcp_trace_spans_dropped", kind=gauge,
+                                      description="mcp-cli runtime: spans the collector did not take")]
+            load, errors, dropped = self.families
+            self.load = {p: load.Metric(labels={**labels, "phase": p}) for p in ("read", "session", "total")}
+            self.errors = errors.Metric(labels=labels)
+            self.dropped = dropped.Metric(labels=labels)
+        except (AttributeError, pb_utils.TritonModelException):
+            self.load = self.errors = self.dropped = None
+
+    def loaded(self, phases, t0):
+        if self.load is not None:
+            (_, r0, r1), (_, s0, s1) = phases
+            self.load["read"].set((r1 - r0) / 1e9)
+            self.load["session"].set((s1 - s0) / 1e9)
+            self.load["total"].set((s1 - t0) / 1e9)
+
+    def after(self, responses, tel):
+        if self.errors is None:
+            return
+        failed = sum(1 for r in responses if r.has_error())
+        if failed:
+            self.errors.increment(failed)
+        if tel is not None:
+            self.dropped.set(tel.exporter.dropped)
 
 
 def _stackable(feeds):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,7 @@ class MCPIRModel:
                  intra_op_threads: int | None = None, options: ort.SessionOptions | None = None,
                  prepack: bool = True, keep_proto: bool = False, dequantize_at_load: bool = False) -> None:
         self.path = Path(path)
+        t_start = time.time_ns()
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < 12:
@@ -75,6 +77,7 @@ class MCPIRModel:
             proto = _Lowering(self).model(root)
         except (AttributeError, TypeError, IndexError, struct.error, UnicodeDecodeError) as e:
             raise MCPIRError(f"{self.path}: corrupt MCP-IR: {type(e).__name__}: {e}") from None
+        t_read = time.time_ns()
         so = options or ort.SessionOptions()
         if intra_op_threads:
             so.intra_op_num_threads = intra_op_threads
@@ -92,6 +95,10 @@ class MCPIRModel:
         except Exception as e:  # noqa: BLE001 - onnxruntime's Fail/InvalidGraph/...: the file's model is bad
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise MCPIRError(f"{self.path}: the model in this MCP-IR file does not load in onnxruntime: {first}") from None
+        # Wall-clock ns of the load's phases (spans and the load metrics of the served model):
+        # reading (map, verify, lower to ONNX) and building the session (prepacking and
+        # dequantize-at-load folding happen there).
+        self.load_phases = [("mcp.read_model", t_start, t_read), ("mcp.create_session", t_read, time.time_ns())]
         # The lowered ONNX (weights named, not included), for inspection and tests.
         self.onnx_bytes = proto if keep_proto else None
         self.input_names = [i.name for i in self.session.get_inputs()]

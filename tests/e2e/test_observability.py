@@ -1,0 +1,226 @@
+"""A served model is observable: `serve --trace` sends Triton's spans and the runtime's under them
+to an OpenTelemetry collector (here a small OTLP/HTTP receiver in the test, parsing with
+opentelemetry-proto), a dead collector does not slow requests, and the runtime's custom metrics
+are on the server's Prometheus endpoint."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+from _helpers import GOLDEN
+
+from mcp_compiler import CompileOptions, compile_model
+
+pytestmark = pytest.mark.slow  # a real Triton
+pytest.importorskip("pytriton", reason="nvidia-pytriton not installed: no tritonserver to serve with")
+if os.environ.get("CI"):
+    import opentelemetry.sdk  # noqa: F401 - CI must run these: install '.[dev,serve,kube,trace]'
+else:
+    pytest.importorskip("opentelemetry.sdk", reason="the trace extra is not installed (pip install -e '.[trace]')")
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
+
+CLI = [sys.executable, "-m", "mcp_compiler.cli"]
+
+
+class Collector:
+    """An OTLP/HTTP trace receiver: protobuf (the runtime's SDK) or JSON (Triton's exporter,
+    whose ids are hex as OTLP/JSON says), kept as (resource attributes, span) pairs."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[dict, object]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                from google.protobuf import json_format
+
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                req = ExportTraceServiceRequest()
+                if "json" in (self.headers.get("Content-Type") or ""):
+                    json_format.ParseDict(_hex_ids(json.loads(body)), req, ignore_unknown_fields=True)
+                else:
+                    req.ParseFromString(body)
+                for rs in req.resource_spans:
+                    res = {a.key: a.value.string_value for a in rs.resource.attributes}
+                    outer.spans += [(res, sp) for ss in rs.scope_spans for sp in ss.spans]
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _hex_ids(o):
+    if isinstance(o, dict):
+        return {k: (base64.b64encode(bytes.fromhex(v)).decode()
+                    if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str) and v else _hex_ids(v))
+                for k, v in o.items()}
+    return [_hex_ids(x) for x in o] if isinstance(o, list) else o
+
+
+def _attrs(span) -> dict:
+    return {a.key: a.value.string_value or a.value.int_value for a in span.attributes}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    d = tmp_path_factory.mktemp("obs")
+    compile_model(GOLDEN / "mlp" / "model.onnx", d / "repo", CompileOptions.for_target("triton-v1.12", "mlp"))
+    return d / "repo"
+
+
+class Serve:
+    """`mcp-cli serve ARGS` in the background, as a user runs it."""
+
+    def __init__(self, args: list[str], env: dict | None = None) -> None:
+        self.p = subprocess.Popen([*CLI, "serve", *args, "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.out = ""
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            line = self.p.stdout.readline()
+            if not line:
+                break
+            self.out += line
+            if "Ctrl-C stops it" in line:
+                break
+        self.grpc = re.search(r"gRPC +grpc://(\S+)", self.out).group(1)
+        self.metrics = re.search(r"metrics +(http://\S+)", self.out).group(1)
+
+    def stop(self) -> int:
+        self.p.send_signal(signal.SIGINT)
+        self.p.communicate(timeout=120)
+        return self.p.returncode
+
+
+def _infer(client, n: int = 1) -> list[float]:
+    import tritonclient.grpc as tg
+
+    x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
+    i = tg.InferInput("x", [1, 16], "FP32")
+    i.set_data_from_numpy(x)
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        client.infer("mlp", [i])
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def test_one_request_is_one_trace_with_the_runtime_spans_under_the_servers(repo):
+    import tritonclient.grpc as tg
+
+    col = Collector()
+    s = Serve([str(repo), "--trace", f"otlp={col.url}"])
+    try:
+        assert f"traces   {col.url}/v1/traces" in s.out, s.out
+        c = tg.InferenceServerClient(s.grpc)
+        _infer(c)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not any(sp.name == "mcp.onnxruntime.run" for _, sp in col.spans):
+            time.sleep(0.2)
+        c.close()
+    finally:
+        assert s.stop() == 0
+        col.close()
+    by_name = {sp.name: (res, sp) for res, sp in col.spans}
+    for name in ("InferRequest", "mlp", "compute", "mcp.decode_inputs", "mcp.onnxruntime.run", "mcp.encode_outputs",
+                 "mcp.load", "mcp.read_model", "mcp.create_session"):
+        assert name in by_name, (name, sorted(by_name))
+    _, server_span = by_name["mlp"]   # Triton's span of the model's execution
+    assert _attrs(server_span)["triton.model_name"] == "mlp"
+    for name in ("mcp.decode_inputs", "mcp.onnxruntime.run", "mcp.encode_outputs"):
+        res, sp = by_name[name]
+        assert sp.trace_id == server_span.trace_id and sp.parent_span_id == server_span.span_id, name
+        assert _attrs(sp)["mcp.model"] == "mlp" and _attrs(sp)["mcp.model_version"] == "1"
+        assert res["service.name"] == "mcp-cli" and res["mcp_cli.version"]
+        assert sp.end_time_unix_nano >= sp.start_time_unix_nano > 0
+    # the load: one root span with its phases under it
+    _, load = by_name["mcp.load"]
+    assert not load.parent_span_id
+    assert by_name["mcp.create_session"][1].parent_span_id == load.span_id
+    assert by_name["InferRequest"][0]["service.name"] == "mcp-cli"   # Triton's resource, set by serve
+
+
+def test_a_dead_collector_does_not_slow_requests(repo):
+    """Every request traced, to a collector that answers and to a closed port: p50 of 200
+    sequential requests in alternating rounds, within 10% (the median of the rounds' ratios).
+    (Tracing itself costs: see benchmarks/RESULTS.md, "Tracing".)"""
+    import socket
+
+    import tritonclient.grpc as tg
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = sock.getsockname()[1]
+    col = Collector()
+    down = Serve([str(repo), "--trace", f"otlp=http://127.0.0.1:{dead}"])
+    live = Serve([str(repo), "--trace", f"otlp={col.url}"])
+    try:
+        cd, cl = tg.InferenceServerClient(down.grpc), tg.InferenceServerClient(live.grpc)
+        _infer(cd, 50)
+        _infer(cl, 50)
+        ratios = []
+        for _ in range(5):
+            a, b = float(np.median(_infer(cd, 200))), float(np.median(_infer(cl, 200)))
+            ratios.append(a / b)
+        cd.close()
+        cl.close()
+        time.sleep(4)   # the runtime's exporter gives up on the closed port (2 s timeout)
+        body = urllib.request.urlopen(down.metrics, timeout=10).read().decode()
+    finally:
+        assert down.stop() == 0 and live.stop() == 0
+        col.close()
+    assert float(np.median(ratios)) <= 1.10, ratios
+    # the spans the dead collector did not take are counted on the metrics endpoint
+    dropped = re.search(r'mcp_trace_spans_dropped\{[^}]*model="mlp"[^}]*\} (\S+)', body)
+    assert dropped is not None and float(dropped.group(1)) > 0, body[-2000:]
+
+
+def test_runtime_metrics_on_the_prometheus_endpoint_and_a_trace_file(repo, tmp_path):
+    import tritonclient.grpc as tg
+
+    trace = tmp_path / "trace.json"
+    s = Serve([str(repo), "--trace", f"file={trace}"])
+    try:
+        c = tg.InferenceServerClient(s.grpc)
+        _infer(c, 3)
+        c.close()
+        body = urllib.request.urlopen(s.metrics, timeout=10).read().decode()
+        deadline = time.monotonic() + 20
+        runtime = tmp_path / "trace.json.runtime.jsonl"
+        while time.monotonic() < deadline and not (runtime.exists() and "mcp.onnxruntime.run" in runtime.read_text()):
+            time.sleep(0.2)
+    finally:
+        assert s.stop() == 0
+    for phase in ("read", "session", "total"):
+        m = re.search(rf'mcp_model_load_seconds\{{[^}}]*model="mlp"[^}}]*phase="{phase}"[^}}]*\}} (\S+)', body) or \
+            re.search(rf'mcp_model_load_seconds\{{[^}}]*phase="{phase}"[^}}]*model="mlp"[^}}]*\}} (\S+)', body)
+        assert m and float(m.group(1)) > 0, (phase, body[-2000:])
+    assert re.search(r'mcp_runtime_errors_total\{[^}]*model="mlp"[^}]*\} 0', body), body[-2000:]
+    spans = [json.loads(line) for line in runtime.read_text().splitlines()]
+    assert {"mcp.load", "mcp.onnxruntime.run"} <= {sp["name"] for sp in spans}
+    triton_files = [p for p in tmp_path.glob("trace.json*") if not p.name.endswith(".runtime.jsonl")]
+    assert any(p.stat().st_size > 0 for p in triton_files), "Triton's own trace file"
