@@ -30,7 +30,7 @@ if os.environ.get("CI"):
 else:
     pytest.importorskip("opentelemetry.sdk", reason="the trace extra is not installed (pip install -e '.[trace]')")
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]
 
@@ -44,7 +44,7 @@ class Collector:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 from google.protobuf import json_format
 
                 body = self.rfile.read(int(self.headers["Content-Length"]))
