@@ -180,6 +180,26 @@ def _serving(rep, server, repository: Path, notes: list[str], models: list[dict]
     rep.out.print("Ctrl-C stops it.", markup=False)
 
 
+def _metrics_line(s: dict | None) -> str:
+    if s is None:
+        return "no metrics (not loaded, or another server's metrics port: --metrics-url)"
+
+    def ms(v):  # noqa: ANN001, ANN202
+        return "-" if v is None else f"{v:.2f} ms"
+
+    parts = [f"{s['success']} ok, {s['failure']} failed",
+             f"avg batch {s['avg_batch']}" if s["avg_batch"] is not None else "no executions",
+             f"avg request {ms(s['avg_request_ms'])} (queue {ms(s['avg_queue_ms'])}, infer {ms(s['avg_infer_ms'])})"]
+    if s.get("load_s"):
+        ld = s["load_s"]
+        parts.append("load " + ", ".join(f"{k} {ld[k]:.3f} s" for k in ("total", "import", "read", "session") if k in ld))
+    if s.get("runtime_errors") is not None:
+        parts.append(f"runtime errors {int(s['runtime_errors'])}")
+    if s.get("spans_dropped") is not None:
+        parts.append(f"spans dropped {int(s['spans_dropped'])}")
+    return "; ".join(parts)
+
+
 def _model_line(m: dict) -> str:
     version = f" v{m['version']}" if m.get("version") else ""
     reason = f" ({m['reason']})" if m.get("reason") else ""
@@ -512,19 +532,37 @@ def _deployed(rep, r, conn) -> None:  # noqa: ANN001
                       f"`mcp-cli undeploy {r.name}` removes it)", markup=False)
 
 
-@command("status", "mcp-cli status --url grpc://127.0.0.1:8001", "mcp-cli status --url http://127.0.0.1:8000 --json")
+@command("status", "mcp-cli status --url grpc://127.0.0.1:8001", "mcp-cli status --url http://127.0.0.1:8000 --json",
+         "mcp-cli status --url grpc://127.0.0.1:8001 --metrics --metrics-url http://127.0.0.1:8002")
 @with_connection()
 def server_status(
-    conn: ConnectionFlags = None, json_out: bool = JsonOpt, debug: bool = DebugOpt,
+    conn: ConnectionFlags = None,
+    metrics: bool = typer.Option(False, "--metrics", help="Also each model's main metrics (requests, average "
+                                 "batch and latencies, the runtime's load seconds, runtime errors, dropped spans)."),
+    metrics_url: Optional[str] = typer.Option(None, "--metrics-url", help="Triton's metrics endpoint (default: "
+                                              "the --url's host, port 8002)."),
+    json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
     """List the models and versions a Triton server has, their state (READY, LOADING, UNLOADING,
-    UNAVAILABLE, NOT LOADED) and the server's reason."""
+    UNAVAILABLE, NOT LOADED) and the server's reason; with --metrics, their main metrics from the
+    server's Prometheus endpoint."""
     rep = reporter(json_out)
 
     def body() -> None:
         from .deploy import status as run_status
 
-        rows = run_status(conn.connection())
+        if metrics_url is not None and not metrics:
+            raise UsageError("--metrics-url goes with --metrics")
+        c = conn.connection()
+        rows = run_status(c)
+        if metrics:
+            from .metrics import by_model, scrape, summary
+
+            url = metrics_url or f"http://{c.url.rpartition(':')[0]}:{TRITON_PORTS['metrics']}"
+            seen = by_model(scrape(url, timeout=c.timeout))
+            for m in rows:
+                got = seen.get((m["name"], str(m.get("version") or "")))
+                m["metrics"] = summary(got) if got is not None else None
         rep.json({"models": rows})
         if json_out:
             return
@@ -532,6 +570,8 @@ def server_status(
             rep.out.print("no models", markup=False)
         for m in rows:
             rep.out.print(_model_line(m), markup=False)
+            if metrics:
+                rep.out.print(f"    {_metrics_line(m.get('metrics'))}", markup=False)
 
     run(rep, debug, body)
 
@@ -587,6 +627,41 @@ def _loads(concurrency: str | None, rate: str | None, default: str | None = "1,8
     return loads
 
 
+def _cold(rep, target: str, remote, runs: int, metrics_url: Optional[str], inputs, dims, json_out: bool) -> None:  # noqa: ANN001
+    from .bench import served
+    from .cold import cold
+
+    say = _progress(rep)
+    with served(target, remote, inputs=inputs, dims=parse_dims(dims)) as s:
+        url = metrics_url or (f"http://{s.server.metrics_url}/metrics" if s.server is not None else None)
+        r = cold(s, runs, url, progress=lambda k, run: say(
+            f"cold start {k + 1} of {runs}: READY in {run.load_s:.2f} s, first request {run.first_ms:.1f} ms"))
+    rep.json({"cold": r.to_dict()})
+    if json_out:
+        return
+    rep.out.print(f"cold start of {r.model} on {r.url} ({len(r.runs)} runs; load: the load request until READY)",
+                  markup=False)
+    head = (f"{'run':<5}{'load s':>8}{'import s':>9}{'read s':>8}{'session s':>10}{'other s':>9}{'first ms':>10}"
+            f"{'server ms q/in/infer/out':>28}{'warm-up ms':>12}{'p50 ms':>9}{'p99 ms':>9}")
+    rep.out.print(head, markup=False)
+
+    def f(v, fmt: str) -> str:  # noqa: ANN001
+        return "-" if v is None else format(v, fmt)
+
+    for k, c in enumerate(r.runs, 1):
+        rt = c.runtime_s or {}
+        sv = c.server_ms
+        split = f"{sv['queue']:.1f}/{sv['input']:.1f}/{sv['infer']:.1f}/{sv['output']:.1f}"
+        rep.out.print(f"{k:<5}{c.load_s:>8.3f}{f(rt.get('import'), '.3f'):>9}{f(rt.get('read'), '.3f'):>8}"
+                      f"{f(rt.get('session'), '.3f'):>10}{f(c.other_s, '.3f'):>9}{c.first_ms:>10.2f}{split:>28}"
+                      f"{c.warmup_ms:>12.2f}{c.steady_p50_ms:>9.2f}{c.steady_p99_ms:>9.2f}", markup=False)
+    med = r.to_dict()["median"]
+    rep.out.print(f"median: load {med['load_s']:.3f} s, first request {med['first_ms']:.2f} ms "
+                  f"(warm-up {med['warmup_ms']:.2f} ms over the steady p50 {med['steady_p50_ms']:.2f} ms)", markup=False)
+    for note in r.notes:
+        rep.out.print(f"note: {note}", markup=False)
+
+
 def _progress(rep):  # noqa: ANN001, ANN202
     def say(line: str) -> None:
         if not rep.json_mode:
@@ -623,6 +698,11 @@ def bench(
     sequence_length: Optional[int] = typer.Option(None, "--sequence-length", min=1, max=1_000_000,
                                                   help="A stateful model: each client streams sequences of N "
                                                        "requests (one correlation ID each; default 1)."),
+    cold_start: bool = typer.Option(False, "--cold", help="Measure cold starts instead: N times unload, load "
+                                    "(to READY), first request, steady state; with the runtime's load phases."),
+    cold_runs: int = typer.Option(3, "--cold-runs", min=1, max=100, help="--cold: how many cold starts."),
+    metrics_url: Optional[str] = typer.Option(None, "--metrics-url", help="--cold with --url: the server's "
+                                              "metrics endpoint (http://HOST:8002), for the runtime's load phases."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", dir_okay=False, help="Also write the points as CSV."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --csv file."),
     conn: ConnectionFlags = None, json_out: bool = JsonOpt, debug: bool = DebugOpt,
@@ -645,6 +725,10 @@ def bench(
 
         from .bench import bench as run_bench
 
+        if cold_start:
+            return _cold(rep, target, conn.connection(required=False), cold_runs, metrics_url, inputs, dims, json_out)
+        if metrics_url is not None:
+            raise UsageError("--metrics-url goes with --cold")
         loads = _loads(concurrency, rate)
         if csv_path is not None:
             check_output(csv_path, "--csv", force=force)

@@ -209,6 +209,8 @@ def test_runtime_metrics_on_the_prometheus_endpoint_and_a_trace_file(repo, tmp_p
         _infer(c, 3)
         c.close()
         body = urllib.request.urlopen(s.metrics, timeout=10).read().decode()
+        st = subprocess.run([*CLI, "status", "--url", f"grpc://{s.grpc}", "--metrics", "--metrics-url", s.metrics,
+                             "--json"], capture_output=True, text=True, timeout=120)
         deadline = time.monotonic() + 20
         runtime = tmp_path / "trace.json.runtime.jsonl"
         while time.monotonic() < deadline and not (runtime.exists() and "mcp.onnxruntime.run" in runtime.read_text()):
@@ -220,7 +222,33 @@ def test_runtime_metrics_on_the_prometheus_endpoint_and_a_trace_file(repo, tmp_p
             re.search(rf'mcp_model_load_seconds\{{[^}}]*phase="{phase}"[^}}]*model="mlp"[^}}]*\}} (\S+)', body)
         assert m and float(m.group(1)) > 0, (phase, body[-2000:])
     assert re.search(r'mcp_runtime_errors_total\{[^}]*model="mlp"[^}]*\} 0', body), body[-2000:]
+    assert st.returncode == 0, st.stderr
+    m = next(x for x in json.loads(st.stdout)["models"] if x["name"] == "mlp")["metrics"]
+    assert m["success"] == 3 and m["failure"] == 0 and m["runtime_errors"] == 0, m
+    assert m["avg_request_ms"] > 0 and m["load_s"]["total"] > 0 and m["avg_batch"] == 1.0
     spans = [json.loads(line) for line in runtime.read_text().splitlines()]
     assert {"mcp.load", "mcp.onnxruntime.run"} <= {sp["name"] for sp in spans}
     triton_files = [p for p in tmp_path.glob("trace.json*") if not p.name.endswith(".runtime.jsonl")]
     assert any(p.stat().st_size > 0 for p in triton_files), "Triton's own trace file"
+
+
+def test_bench_cold_breaks_a_cold_start_down(tmp_path):
+    """`bench --cold`: each run's load is at least the runtime's own phases, and Triton's split
+    of the first request (queue, input, infer, output) adds up to the latency the client saw
+    within 20% (the rest is gRPC on 127.0.0.1)."""
+    compile_model(GOLDEN / "convnet" / "model.onnx", tmp_path / "repo", CompileOptions.for_target("triton-v1.12", "convnet"))
+    r = subprocess.run([*CLI, "bench", str(tmp_path / "repo" / "convnet"), "--cold", "--cold-runs", "2", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)["cold"]
+    assert len(out["runs"]) == 2 and out["model"] == "convnet"
+    for run in out["runs"]:
+        phases = run["runtime_s"]
+        assert set(phases) >= {"import", "read", "session", "total"}, phases
+        assert 0 < phases["import"] + phases["read"] + phases["session"] <= run["load_s"]
+        assert run["other_s"] >= 0
+        server = sum(run["server_ms"].values())
+        assert abs(run["first_ms"] - server) <= 0.2 * run["first_ms"], run
+        assert run["steady_p50_ms"] <= run["steady_p99_ms"] and run["warmup_ms"] == pytest.approx(
+            run["first_ms"] - run["steady_p50_ms"], abs=0.01)
+    assert out["median"]["load_s"] > 0

@@ -12,13 +12,16 @@ mcp_trace_spans_dropped); with `mcp-cli serve --trace`, spans of the load and of
 request go to the collector under the server's own spans (mcp_runtime.telemetry).
 """
 
-import json
-import os
-import sys
 import time
 
-import numpy as np
-import triton_python_backend_utils as pb_utils
+_T_IMPORT = time.time_ns()   # the imports below (numpy, onnxruntime, the runtime) are a load phase
+
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+import numpy as np  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
@@ -26,6 +29,8 @@ if HERE not in sys.path:
 
 from mcp_runtime import MCPIRModel, SequenceState  # noqa: E402
 from mcp_runtime.telemetry import Telemetry, trace_context  # noqa: E402
+
+_T_READY = time.time_ns()
 
 
 class TritonPythonModel:
@@ -37,15 +42,15 @@ class TritonPythonModel:
         threads = int(params.get("intra_op_threads", "0") or 0)
         prepack = params.get("ort_prepack", "true").lower() != "false"
         dequantize = params.get("ort_dequantize_at_load", "false").lower() == "true"
-        t0 = time.time_ns()
         self.model = MCPIRModel(path, intra_op_threads=threads or None, prepack=prepack,
                                 dequantize_at_load=dequantize)
         name, version = args.get("model_name", cfg.get("name", "?")), str(args.get("model_version", "?"))
         self.metrics = _Metrics(name, version)
-        self.metrics.loaded(self.model.load_phases, t0)
+        phases = [("mcp.import", _T_IMPORT, _T_READY), *self.model.load_phases]
+        self.metrics.loaded(phases)
         self.tel = Telemetry.create(name, version)
         if self.tel is not None:
-            self.tel.load(t0, self.model.load_phases)
+            self.tel.load(_T_IMPORT, phases)
         self.inputs = [i["name"] for i in cfg["input"]]
         self.outputs = [o["name"] for o in cfg["output"]]
         # scalars the model takes or gives travel as [1] (Triton has no scalars without batching)
@@ -139,18 +144,17 @@ class _Metrics:
                 pb_utils.MetricFamily(name="mcp_trace_spans_dropped", kind=gauge,
                                       description="mcp-cli runtime: spans the collector did not take")]
             load, errors, dropped = self.families
-            self.load = {p: load.Metric(labels={**labels, "phase": p}) for p in ("read", "session", "total")}
+            self.load = {p: load.Metric(labels={**labels, "phase": p}) for p in ("import", "read", "session", "total")}
             self.errors = errors.Metric(labels=labels)
             self.dropped = dropped.Metric(labels=labels)
         except (AttributeError, pb_utils.TritonModelException):
             self.load = self.errors = self.dropped = None
 
-    def loaded(self, phases, t0):
+    def loaded(self, phases):
         if self.load is not None:
-            (_, r0, r1), (_, s0, s1) = phases
-            self.load["read"].set((r1 - r0) / 1e9)
-            self.load["session"].set((s1 - s0) / 1e9)
-            self.load["total"].set((s1 - t0) / 1e9)
+            for (_, a, b), key in zip(phases, ("import", "read", "session")):
+                self.load[key].set((b - a) / 1e9)
+            self.load["total"].set((phases[-1][2] - phases[0][1]) / 1e9)
 
     def after(self, responses, tel):
         if self.errors is None:

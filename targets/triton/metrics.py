@@ -1,0 +1,74 @@
+"""Triton's Prometheus metrics endpoint, read for `status --metrics` and `bench --cold`: Triton's
+own per-model counters and the mcp-cli runtime's custom metrics (runtime/model.py)."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from collections import defaultdict
+
+from mcp_compiler.errors import ServerUnreachableError
+
+_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})? (\S+)$')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+# name -> what `status --metrics` calls it (Triton's counters; durations are cumulative µs)
+TRITON = {"nv_inference_request_success": "success", "nv_inference_request_failure": "failure",
+          "nv_inference_count": "inferences", "nv_inference_exec_count": "executions",
+          "nv_inference_request_duration_us": "request_us", "nv_inference_queue_duration_us": "queue_us",
+          "nv_inference_compute_infer_duration_us": "infer_us"}
+
+
+def metrics_url(url: str) -> str:
+    """http://HOST:PORT/metrics from HOST:PORT, http://HOST:PORT or the full URL."""
+    url = url if "://" in url else f"http://{url}"
+    return url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
+
+
+def scrape(url: str, timeout: float = 10.0) -> list[tuple[str, dict[str, str], float]]:
+    url = metrics_url(url)
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            body = r.read(64 << 20).decode("utf-8", "replace")
+    except (OSError, ValueError) as e:
+        raise ServerUnreachableError(f"cannot read Triton's metrics at {url}: {e} (its metrics port: "
+                                     "--metrics-url http://HOST:8002, as `serve` prints it)") from None
+    out = []
+    for line in body.splitlines():
+        m = _LINE.match(line)
+        if m and not line.startswith("#"):
+            try:
+                out.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))))
+            except ValueError:
+                continue
+    return out
+
+
+def by_model(samples: list[tuple[str, dict[str, str], float]]) -> dict[tuple[str, str], dict]:
+    """(model, version) -> Triton's counters and the runtime's metrics for it."""
+    out: dict[tuple[str, str], dict] = defaultdict(dict)
+    for name, labels, value in samples:
+        model = labels.get("model")
+        if model is None:
+            continue
+        key = (model, labels.get("version", ""))
+        if name in TRITON:
+            out[key][TRITON[name]] = value
+        elif name == "mcp_model_load_seconds":
+            out[key].setdefault("load_s", {})[labels.get("phase", "?")] = value
+        elif name == "mcp_runtime_errors_total":
+            out[key]["runtime_errors"] = value
+        elif name == "mcp_trace_spans_dropped":
+            out[key]["spans_dropped"] = value
+    return dict(out)
+
+
+def summary(m: dict) -> dict:
+    """The main figures of one model version: requests, averages in ms, the runtime's load."""
+    ok, execs = m.get("success", 0.0), m.get("executions", 0.0)
+    avg = lambda k: round(m[k] / ok / 1e3, 3) if ok and k in m else None  # noqa: E731
+    return {"success": int(ok), "failure": int(m.get("failure", 0)),
+            "avg_batch": round(m.get("inferences", 0) / execs, 2) if execs else None,
+            "avg_request_ms": avg("request_us"), "avg_queue_ms": avg("queue_us"), "avg_infer_ms": avg("infer_us"),
+            "load_s": m.get("load_s"), "runtime_errors": m.get("runtime_errors"),
+            "spans_dropped": m.get("spans_dropped")}
