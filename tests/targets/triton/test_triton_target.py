@@ -48,7 +48,8 @@ def test_python_backend_repository(tmp_path):
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     assert files == ["1/mcp_runtime/__init__.py", "1/mcp_runtime/mcp_ir.fbs",
                      "1/mcp_runtime/mcp_ir_generated.py", "1/mcp_runtime/runtime.py",
-                     "1/mcp_runtime/sequences.py", "1/mcp_runtime/telemetry.py", "1/mcp_runtime/verify.py", "1/model.mcpir", "1/model.py", "config.pbtxt"]
+                     "1/mcp_runtime/sequences.py", "1/mcp_runtime/telemetry.py", "1/mcp_runtime/verify.py",
+                     "1/model.mcpir", "1/model.py", "config.pbtxt"]
     cfg = _config(root)
     assert cfg.name == "mlp" and cfg.backend == "python"
     # batch symbol N on every input and output: dynamic batching, batch axis left out of dims
