@@ -68,6 +68,13 @@ def build(target=None, options: PipelineOptions | None = None,  # noqa: ANN001 -
         if unknown:
             raise UsageError(f"{flag}: unknown pass {', '.join(map(repr, unknown))} "
                              f"(see `mcp-cli passes`)")
+    from mcp_compiler.passes._rules import RuleSetPass
+
+    plain = sorted(n for n in o.explain if not issubclass(PASSES[n], RuleSetPass))
+    if plain:
+        rule_sets = sorted(n for n, c in PASSES.items() if issubclass(c, RuleSetPass))
+        raise UsageError(f"--explain-pass {plain[0]}: not a rule set, it has no candidate sites to explain "
+                         f"(rule sets: {', '.join(rule_sets)})")
     if o.passes and o.layout == "nhwc" and "layout-nhwc" not in o.passes:
         raise UsageError("--layout nhwc with --passes: put layout-nhwc in the --passes list")
     steps = named_pipeline(o.passes) if o.passes else default_pipeline(target, quantize, o.opset, o.layout)

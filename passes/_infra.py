@@ -131,10 +131,75 @@ class Repeat:
         self.max_steps = max_steps
 
 
+class PassInstrument:
+    """Hooks around every pass a PassManager runs (TVM's PassInstrument, MLIR's
+    PassInstrumentation): checks, dumps and timers are plug-ins, not switches in the manager."""
+
+    def before(self, p: Pass, model: Model, pm: PassManager) -> None:
+        """Called before `p` runs on `model`."""
+
+    def after(self, p: Pass, model: Model, result: PassResult, record: PassRecord,
+              pm: PassManager) -> None:
+        """Called after `p` ran; `pm.properties` still holds what was known before it."""
+
+
+class PrintIR(PassInstrument):
+    """The IR after the named passes ("all": every pass), one line per node, to `sink`
+    (default: the mcp_compiler.ir logger that --print-ir-after writes to stderr)."""
+
+    def __init__(self, names: set[str], sink: Any = None) -> None:
+        self.names, self.sink = set(names), sink
+
+    def after(self, p: Pass, model: Model, result: PassResult, record: PassRecord, pm: PassManager) -> None:
+        if not self.names & {p.name, "all"}:
+            return
+        from mcp_compiler.ir.printer import print_model
+
+        head = f"// IR after {p.name}{'' if result.modified else ' (unchanged)'}"
+        if self.sink is None:
+            _IR_LOG.info("%s\n%s", head, print_model(model))
+        else:
+            self.sink(p.name, f"{head}\n{print_model(model)}")
+
+
+class VerifyEach(PassInstrument):
+    """--verify-each: after every pass, the IR's invariants, that the pass worked on the model it
+    was given (a new model object would lose its work), each property it establishes, and each
+    property it preserves that held before it (when it changed the model)."""
+
+    def after(self, p: Pass, model: Model, result: PassResult, record: PassRecord, pm: PassManager) -> None:
+        from mcp_compiler.ir.verify import verify
+
+        from .properties import violations
+
+        if result.model is not model:
+            raise ContractError(f"pass {p.name} returned another model object than it was given: "
+                                "a pass changes the model in place")
+        verify(model)
+        broken = p.broken_claims(model, pm.ctx)
+        if result.modified:
+            kept = sorted((pm.properties & set(p.preserves)) - set(p.establishes), key=lambda q: q.value)
+            broken += [f"{q.value} (preserved): {v}" for q in kept for v in violations(q, model, pm.ctx)[:5]]
+        if broken:
+            raise ContractError(f"pass {p.name} claims what does not hold after it ran: {'; '.join(broken[:5])}"
+                                + (f" (and {len(broken) - 5} more)" if len(broken) > 5 else ""))
+
+
 class PassManager:
+    # Instruments every manager gets (the tests attach VerifyEach here: every pipeline run
+    # in-process checks the IR and each pass's claims).
+    global_instruments: ClassVar[list[PassInstrument]] = []
+
     def __init__(self, steps: Sequence[Pass | Repeat], ctx: PassContext | None = None,
-                 initial: frozenset[Property] = frozenset()) -> None:
+                 initial: frozenset[Property] = frozenset(),
+                 instruments: Sequence[PassInstrument] | None = None) -> None:
         self.ctx = ctx or PassContext()
+        # the context's switches are instruments too (--verify-each, --print-ir-after)
+        self.instruments = [*self.global_instruments, *(instruments or [])]
+        if self.ctx.verify_each and not any(isinstance(i, VerifyEach) for i in self.instruments):
+            self.instruments.append(VerifyEach())
+        if self.ctx.print_ir_after and not any(isinstance(i, PrintIR) for i in self.instruments):
+            self.instruments.append(PrintIR(self.ctx.print_ir_after))
         self.steps = [s for s in steps if not (isinstance(s, Pass) and s.name in self.ctx.disabled)]
         for s in self.steps:
             if isinstance(s, Repeat):
@@ -174,34 +239,26 @@ class PassManager:
         return model, records
 
     def _one(self, p: Pass, model: Model, records: list[PassRecord], done: list[str], it: int) -> bool:
-        from mcp_compiler.ir.verify import verify
-
         before = count_nodes(model)
+        for inst in self.instruments:
+            inst.before(p, model, self)
         t0 = time.perf_counter()
         try:
             result = p.run(model, self.ctx)
             if not isinstance(result, PassResult):
                 raise TypeError(f"returned {type(result).__name__}, not PassResult")
-            if self.ctx.verify_each:
-                verify(result.model)
         except McpError:
             raise
         except Exception as e:
             raise PassError(p.name, done, e) from e
-        if self.ctx.verify_each:
-            broken = p.broken_claims(model, self.ctx)
-            if broken:
-                raise ContractError(f"pass {p.name} claims what does not hold after it ran: {'; '.join(broken[:5])}"
-                                    + (f" (and {len(broken) - 5} more)" if len(broken) > 5 else ""))
+        record = PassRecord(p.name, result.modified, round(time.perf_counter() - t0, 6),
+                            before, count_nodes(model), dict(result.stats), it,
+                            [dict(d) for d in result.details], list(result.warnings))
+        for inst in self.instruments:
+            inst.after(p, model, result, record, self)
         if result.modified:
             self.properties &= set(p.preserves)
         self.properties |= p.establishes
-        if self.ctx.print_ir_after & {p.name, "all"}:
-            from mcp_compiler.ir.printer import print_model
-
-            _IR_LOG.info("// IR after %s%s\n%s", p.name, "" if result.modified else " (unchanged)", print_model(model))
-        records.append(PassRecord(p.name, result.modified, round(time.perf_counter() - t0, 6),
-                                  before, count_nodes(model), dict(result.stats), it,
-                                  [dict(d) for d in result.details], list(result.warnings)))
+        records.append(record)
         done.append(p.name)
         return result.modified

@@ -26,18 +26,16 @@ def tiny_model() -> onnx.ModelProto:
 
 
 @pytest.fixture(autouse=True)
-def verify_each_pass(monkeypatch):
+def verify_each_pass():
     """Every pipeline run in-process checks the IR and each pass's claims after every pass
-    (--verify-each), so a pass that breaks what it says it establishes fails the test using it."""
-    from mcp_compiler.passes import PassManager
+    (the VerifyEach instrument, what --verify-each attaches), so a pass that breaks what it says
+    it establishes or preserves fails the test using it."""
+    from mcp_compiler.passes._infra import PassManager, VerifyEach
 
-    init = PassManager.__init__
-
-    def checked(self, steps, ctx=None, initial=frozenset()):
-        init(self, steps, ctx, initial)
-        self.ctx.verify_each = True
-
-    monkeypatch.setattr(PassManager, "__init__", checked)
+    inst = VerifyEach()
+    PassManager.global_instruments.append(inst)
+    yield inst
+    PassManager.global_instruments.remove(inst)
 
 
 def pytest_addoption(parser):

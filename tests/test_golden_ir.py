@@ -7,14 +7,13 @@ A change in what a pass does shows up as a diff of golden_models/<name>/ir/*.txt
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from _helpers import golden_dirs
 
 from mcp_compiler.frontend import load_onnx
 from mcp_compiler.ir.printer import print_model
 from mcp_compiler.options import PipelineOptions
+from mcp_compiler.passes._infra import PrintIR
 from mcp_compiler.pipeline import build
 from mcp_compiler.targets import get_target
 
@@ -24,20 +23,9 @@ def _phases(path) -> dict[str, str]:
     model = load_onnx(path).model
     out = {"import": print_model(model)}
     dumps: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            dumps.append(record.getMessage().split("\n", 1)[1])
-
-    log = logging.getLogger("mcp_compiler.ir")
-    handler, level = Keep(), log.level
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    try:
-        build(get_target("triton-v1.12"), PipelineOptions(print_ir_after={"infer-shapes"})).run(model)
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(level)
+    pm = build(get_target("triton-v1.12"), PipelineOptions())
+    pm.instruments.append(PrintIR({"infer-shapes"}, sink=lambda name, text: dumps.append(text.split("\n", 1)[1])))
+    pm.run(model)
     out["normalized"], out["final"] = dumps[0], dumps[-1]
     return out
 

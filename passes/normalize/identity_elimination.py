@@ -7,7 +7,7 @@ import numpy as np
 from mcp_compiler.ir import Model, Node, TensorType, Value
 
 from .. import _rewrite as R
-from .._infra import ALL, Pass, PassContext, PassResult
+from .._infra import ALL, Pass, PassContext, PassResult, Property
 
 
 class IdentityEliminationPass(Pass):
@@ -35,7 +35,9 @@ class IdentityEliminationPass(Pass):
     name = "identity-elimination"
     requires = frozenset()
     establishes = frozenset()
-    preserves = ALL
+    # a dropped Slice or zero state leaves its constants unused (found by --verify-each's
+    # preserved-property check): dead-code elimination runs after it
+    preserves = ALL - {Property.NO_DEAD_CODE}
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         removed = dropped = 0

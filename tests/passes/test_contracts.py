@@ -70,10 +70,51 @@ def test_verify_each_catches_a_pass_that_breaks_its_claim(tmp_path):
     assert Property.NO_DEAD_CODE in pm.properties
 
 
-def test_claims_are_only_checked_with_verify_each(tmp_path, monkeypatch):
-    monkeypatch.undo()   # conftest turns --verify-each on for every test
+def test_claims_are_only_checked_with_verify_each(tmp_path, verify_each_pass):
     model = load_onnx(_mlp(tmp_path)).model
-    PassManager([ClaimsNoDeadCode()], PassContext(verify_each=False)).run(model)   # no check: no error
+    PassManager.global_instruments.remove(verify_each_pass)   # conftest attaches it to every manager
+    try:
+        PassManager([ClaimsNoDeadCode()], PassContext(verify_each=False)).run(model)   # no check: no error
+    finally:
+        PassManager.global_instruments.append(verify_each_pass)
+
+
+def test_verify_each_catches_a_new_model_object_and_a_broken_preserved_property(tmp_path):
+    from mcp_compiler.passes._infra import VerifyEach
+
+    class NewModel(DeadCodeEliminationPass):
+        name = "returns-new-model"
+
+        def run(self, model, ctx):
+            import copy
+
+            return PassResult(copy.copy(model), False)
+
+    class KeepsDeadCode(DeadCodeEliminationPass):   # says it preserves no-dead-code, then leaves a weight unused
+        name = "leaves-a-dead-weight"
+        establishes = frozenset()
+
+        def run(self, model, ctx):
+            add = next(n for n in model.graph.nodes if n.op_type == "Add")
+            add.set_input(1, add.inputs[0])   # y = h + h: the bias b is left unused
+            return PassResult(model, True)
+
+    model = load_onnx(_mlp(tmp_path)).model
+    with pytest.raises(ContractError, match="returned another model object"):
+        PassManager([NewModel()], instruments=[VerifyEach()]).run(model)
+    PassManager([DeadCodeEliminationPass()]).run(model)
+    with pytest.raises(ContractError, match=r"no-dead-code \(preserved\)"):
+        PassManager([DeadCodeEliminationPass(), KeepsDeadCode()], instruments=[VerifyEach()]).run(model)
+
+
+def test_print_ir_is_an_instrument(tmp_path, verify_each_pass):
+    from mcp_compiler.passes._infra import PrintIR
+
+    model = load_onnx(_mlp(tmp_path)).model
+    got = []
+    PassManager([DeadCodeEliminationPass()], instruments=[PrintIR({"dead-code-elimination"},
+                                                                  sink=lambda name, text: got.append((name, text)))]).run(model)
+    assert got and got[0][0] == "dead-code-elimination" and got[0][1].startswith("// IR after dead-code-elimination")
 
 
 def test_what_a_pass_does_not_preserve_is_dropped():
