@@ -174,3 +174,39 @@ def save_model(folder: Path, name: str, nodes, inputs, outputs, inits=(), opset:
     p = folder / f"{name}.onnx"
     onnx.save(m, p)
     return p
+
+
+class Serve:
+    """`mcp-cli serve ARGS` in the background, as a user's `serve repo &` (ports picked free): the
+    banner's addresses as matches (`grpc`, `http`, `metrics`: group(1) is the URL)."""
+
+    def __init__(self, args: list[str], env: dict | None = None) -> None:
+        import re
+        import signal
+        import subprocess
+        import sys
+        import time
+
+        self._signal = signal
+        self.p = subprocess.Popen([sys.executable, "-m", "mcp_compiler.cli", "serve", *args, "--http-port", "0",
+                                   "--grpc-port", "0", "--metrics-port", "0"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        self.out = ""
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            line = self.p.stdout.readline()
+            if not line:
+                break
+            self.out += line
+            if "Ctrl-C stops it" in line:
+                break
+        self.grpc = re.search(r"gRPC +(grpc://\S+)", self.out)
+        self.http = re.search(r"HTTP +(http://\S+)", self.out)
+        self.metrics = re.search(r"metrics +(http://\S+)", self.out)
+
+    def stop(self) -> tuple[int, str, str]:
+        if self.p.poll() is None:
+            self.p.send_signal(self._signal.SIGINT)
+        rest, err = self.p.communicate(timeout=120)
+        return self.p.returncode, self.out + rest, err

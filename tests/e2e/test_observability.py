@@ -10,7 +10,6 @@ import http.server
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from _helpers import GOLDEN
+from _helpers import GOLDEN, Serve
 
 from mcp_compiler import CompileOptions, compile_model
 
@@ -91,28 +90,8 @@ def repo(tmp_path_factory):
     return d / "repo"
 
 
-class Serve:
-    """`mcp-cli serve ARGS` in the background, as a user runs it."""
-
-    def __init__(self, args: list[str], env: dict | None = None) -> None:
-        self.p = subprocess.Popen([*CLI, "serve", *args, "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        self.out = ""
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            line = self.p.stdout.readline()
-            if not line:
-                break
-            self.out += line
-            if "Ctrl-C stops it" in line:
-                break
-        self.grpc = re.search(r"gRPC +grpc://(\S+)", self.out).group(1)
-        self.metrics = re.search(r"metrics +(http://\S+)", self.out).group(1)
-
-    def stop(self) -> int:
-        self.p.send_signal(signal.SIGINT)
-        self.p.communicate(timeout=120)
-        return self.p.returncode
+def _grpc(s: Serve) -> str:
+    return s.grpc.group(1).removeprefix("grpc://")
 
 
 def _infer(client, n: int = 1) -> list[float]:
@@ -136,14 +115,14 @@ def test_one_request_is_one_trace_with_the_runtime_spans_under_the_servers(repo)
     s = Serve([str(repo), "--trace", f"otlp={col.url}"])
     try:
         assert f"traces   {col.url}/v1/traces" in s.out, s.out
-        c = tg.InferenceServerClient(s.grpc)
+        c = tg.InferenceServerClient(_grpc(s))
         _infer(c)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not any(sp.name == "mcp.onnxruntime.run" for _, sp in col.spans):
             time.sleep(0.2)
         c.close()
     finally:
-        assert s.stop() == 0
+        assert s.stop()[0] == 0
         col.close()
     by_name = {sp.name: (res, sp) for res, sp in col.spans}
     for name in ("InferRequest", "mlp", "compute", "mcp.decode_inputs", "mcp.onnxruntime.run", "mcp.encode_outputs",
@@ -179,7 +158,7 @@ def test_a_dead_collector_does_not_slow_requests(repo):
     down = Serve([str(repo), "--trace", f"otlp=http://127.0.0.1:{dead}"])
     live = Serve([str(repo), "--trace", f"otlp={col.url}"])
     try:
-        cd, cl = tg.InferenceServerClient(down.grpc), tg.InferenceServerClient(live.grpc)
+        cd, cl = tg.InferenceServerClient(_grpc(down)), tg.InferenceServerClient(_grpc(live))
         _infer(cd, 50)
         _infer(cl, 50)
         ratios = []
@@ -189,9 +168,9 @@ def test_a_dead_collector_does_not_slow_requests(repo):
         cd.close()
         cl.close()
         time.sleep(4)   # the runtime's exporter gives up on the closed port (2 s timeout)
-        body = urllib.request.urlopen(down.metrics, timeout=10).read().decode()
+        body = urllib.request.urlopen(down.metrics.group(1), timeout=10).read().decode()
     finally:
-        assert down.stop() == 0 and live.stop() == 0
+        assert down.stop()[0] == 0 and live.stop()[0] == 0
         col.close()
     assert float(np.median(ratios)) <= 1.10, ratios
     # the spans the dead collector did not take are counted on the metrics endpoint
@@ -205,18 +184,18 @@ def test_runtime_metrics_on_the_prometheus_endpoint_and_a_trace_file(repo, tmp_p
     trace = tmp_path / "trace.json"
     s = Serve([str(repo), "--trace", f"file={trace}"])
     try:
-        c = tg.InferenceServerClient(s.grpc)
+        c = tg.InferenceServerClient(_grpc(s))
         _infer(c, 3)
         c.close()
-        body = urllib.request.urlopen(s.metrics, timeout=10).read().decode()
-        st = subprocess.run([*CLI, "status", "--url", f"grpc://{s.grpc}", "--metrics", "--metrics-url", s.metrics,
+        body = urllib.request.urlopen(s.metrics.group(1), timeout=10).read().decode()
+        st = subprocess.run([*CLI, "status", "--url", s.grpc.group(1), "--metrics", "--metrics-url", s.metrics.group(1),
                              "--json"], capture_output=True, text=True, timeout=120)
         deadline = time.monotonic() + 20
         runtime = tmp_path / "trace.json.runtime.jsonl"
         while time.monotonic() < deadline and not (runtime.exists() and "mcp.onnxruntime.run" in runtime.read_text()):
             time.sleep(0.2)
     finally:
-        assert s.stop() == 0
+        assert s.stop()[0] == 0
     for phase in ("read", "session", "total"):
         m = re.search(rf'mcp_model_load_seconds\{{[^}}]*model="mlp"[^}}]*phase="{phase}"[^}}]*\}} (\S+)', body) or \
             re.search(rf'mcp_model_load_seconds\{{[^}}]*phase="{phase}"[^}}]*model="mlp"[^}}]*\}} (\S+)', body)

@@ -9,15 +9,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import onnx
 import pytest
-from _helpers import GOLDEN, negated_mlp, ort_run, raising_copy
+from _helpers import GOLDEN, Serve, negated_mlp, ort_run, raising_copy
 
 from mcp_compiler import CompileOptions, compile_model
 
@@ -49,32 +47,6 @@ def env(tmp_path):
 
 def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=300)
-
-
-class Serve:
-    """`mcp-cli serve ARGS` in the background, as a user's `serve repo &`."""
-
-    def __init__(self, args: list[str], env: dict) -> None:
-        self.p = subprocess.Popen([*CLI, "serve", *args, "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        self.out = ""
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            line = self.p.stdout.readline()
-            if not line:
-                break
-            self.out += line
-            if "Ctrl-C stops it" in line:
-                break
-        self.grpc = re.search(r"gRPC +(grpc://\S+)", self.out)
-        self.http = re.search(r"HTTP +(http://\S+)", self.out)
-
-    def stop(self) -> tuple[int, str, str]:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGINT)
-        rest, err = self.p.communicate(timeout=120)
-        return self.p.returncode, self.out + rest, err
 
 
 def _infer(url: str, name: str, feeds: dict, output: str) -> np.ndarray:
