@@ -27,6 +27,10 @@ from .deploy import Connection, _server_error, read_entry, smoke_inputs
 from .loadgen import Load, Point, measure
 
 LOAD_TIMEOUT_S = 180.0
+
+
+class BenchFailedError(ServerError):
+    """Every request of every load point failed: nothing was measured (the table still shows it)."""
 DEFAULT_LENGTH = 128   # a free dim of a request: a realistic sequence length, not the smallest
 
 

@@ -751,6 +751,12 @@ def bench(
         rep.json(r.to_dict())
         if not json_out:
             _bench_table(rep, r)
+        if r.points and all(p.throughput == 0 and p.errors > 0 for p in r.points):
+            from .bench import BenchFailedError
+
+            sample = next((p.error_sample for p in r.points if p.error_sample), None)
+            raise BenchFailedError(f"every request failed at every load point ({sum(p.errors for p in r.points)} "
+                                   f"errors){f': {sample}' if sample else ''}")
 
     run(rep, debug, body)
 

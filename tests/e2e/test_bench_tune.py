@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from _helpers import GOLDEN
+from _helpers import GOLDEN, raising_copy
 
 from mcp_compiler import CompileOptions, compile_model
 
@@ -73,6 +73,14 @@ def test_bench_bad_input(entry, tmp_path):
     assert r.returncode == 2 and "not a model repository entry" in r.stderr
     r = _cli("bench", "mlp", "--url", "127.0.0.1:1", "--seconds", "1")
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "127.0.0.1:1" in r.stderr, r.stderr
+
+
+def test_bench_where_every_request_fails_is_exit_1(entry, tmp_path):
+    broken = raising_copy(entry, tmp_path / "repo" / "mlp", "execute", "no inference here")
+    r = _cli("bench", str(broken), "--concurrency", "1", "--seconds", "0.5", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and out["error"]["type"] == "BenchFailedError", r.stdout + r.stderr
+    assert "every request failed" in out["error"]["message"] and "no inference here" in out["error"]["message"]
 
 
 def test_tune_finds_a_setting_and_applies_it(entry, tmp_path):
