@@ -56,36 +56,36 @@ def _dtype(v: Value) -> int | None:
     return v.type.elem_type if isinstance(v.type, TensorType) else None
 
 
-def _sources(v: Value, depth: int = 12) -> set[int]:
-    """The graph inputs `v` is made from through value-moving ops only."""
-    out, todo, seen = set(), [(v, 0)], set()
+def _reach(v: Value, step, depth: int = 12) -> list[Value]:  # noqa: ANN001 - step: Value -> values
+    """The values reached from `v` through `step`, at most `depth` steps away."""
+    out, todo, seen = [], [(v, 0)], set()
     while todo:
         x, d = todo.pop()
         if id(x) in seen or d > depth:
             continue
         seen.add(id(x))
-        p = x.producer
-        if p is None:
-            out.add(id(x))
-        elif p.op_type in _MOVE and p.inputs and p.inputs[0] is not None:
-            todo += [(i, d + 1) for i in p.inputs[:1 if p.op_type != "Concat" else None] if i is not None]
+        out.append(x)
+        todo += [(y, d + 1) for y in step(x)]
     return out
 
 
-def _sinks(v: Value, outputs: set[int], depth: int = 12) -> set[int]:
+def _sources(v: Value) -> set[int]:
+    """The graph inputs `v` is made from through value-moving ops only."""
+    def up(x: Value) -> list[Value]:
+        p = x.producer
+        if p is None or p.op_type not in _MOVE or not p.inputs or p.inputs[0] is None:
+            return []
+        return [i for i in p.inputs[:1 if p.op_type != "Concat" else None] if i is not None]
+
+    return {id(x) for x in _reach(v, up) if x.producer is None}
+
+
+def _sinks(v: Value, outputs: set[int]) -> set[int]:
     """The graph outputs `v` reaches through value-moving ops only."""
-    found, todo, seen = set(), [(v, 0)], set()
-    while todo:
-        x, d = todo.pop()
-        if id(x) in seen or d > depth:
-            continue
-        seen.add(id(x))
-        if id(x) in outputs:
-            found.add(id(x))
-        for n, _ in x.uses:
-            if n.op_type in _MOVE:
-                todo += [(o, d + 1) for o in n.outputs]
-    return found
+    def down(x: Value) -> list[Value]:
+        return [o for n, _ in x.uses if n.op_type in _MOVE for o in n.outputs]
+
+    return {id(x) for x in _reach(v, down) if id(x) in outputs}
 
 
 def _depends(out: Value, inp: Value) -> bool:
