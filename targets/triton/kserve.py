@@ -74,14 +74,20 @@ class Manifests:
                 "resources": self.resources, "scaling": self.scaling, "notes": self.notes}
 
 
-def _lib(module: str):  # noqa: ANN202
+def _lib(module: str, *, load: bool = True):  # noqa: ANN202 - the module (None with load=False)
+    """A library of the kube extra, or one line saying to install it. `load=False` only checks it
+    is there (the KServe SDK is imported in a child process, see _validate_kserve)."""
     import importlib
+    import importlib.util
 
+    missing = KubeLibraryError(f"{module.split('.')[0]} is not installed: pip install 'mcp-cli[kube]' "
+                               "(kubernetes, kubernetes-validate, kserve)")
+    if importlib.util.find_spec(module.split(".")[0]) is None:
+        raise missing
     try:
-        return importlib.import_module(module)
+        return importlib.import_module(module) if load else None
     except ImportError:
-        raise KubeLibraryError(f"{module.split('.')[0]} is not installed: pip install 'mcp-cli[kube]' "
-                               "(kubernetes, kubernetes-validate, kserve)") from None
+        raise missing from None
 
 
 def service_name(name: str) -> str:
@@ -328,7 +334,7 @@ def _validate_kserve(doc: dict, where: str) -> None:
     import subprocess
     import sys
 
-    _lib_spec("kserve")
+    _lib("kserve", load=False)
     r = subprocess.run([sys.executable, "-m", "mcp_compiler.targets.triton.kserve_check"], input=json.dumps(doc),
                        capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
@@ -337,14 +343,6 @@ def _validate_kserve(doc: dict, where: str) -> None:
     problem = json.loads(r.stdout).get("problem")
     if problem:
         raise ManifestError(f"{where}: not a valid KServe InferenceService: {problem}")
-
-
-def _lib_spec(module: str) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise KubeLibraryError(f"{module} is not installed: pip install 'mcp-cli[kube]' "
-                               "(kubernetes, kubernetes-validate, kserve)")
 
 
 # -- writing and applying -------------------------------------------------------------------------
