@@ -75,9 +75,12 @@ class TritonPythonModel:
         return responses
 
     def _execute(self, requests):
-        t0 = time.time_ns()
-        feeds = [self._feeds(r) for r in requests]
-        t1 = time.time_ns()
+        feeds, decoded = [], []   # each request's inputs and when its decoding began and ended
+        for r in requests:
+            d0 = time.time_ns()
+            feeds.append(self._feeds(r))
+            decoded.append((d0, time.time_ns()))
+        t0, t1 = decoded[0][0], decoded[-1][1]
         if self.max_batch > 0 and len(feeds) > 1 and _stackable(feeds):
             sizes = [f[self.inputs[0]].shape[0] for f in feeds]
             joined = {n: np.concatenate([f[n] for f in feeds]) for n in self.inputs}
@@ -91,21 +94,23 @@ class TritonPythonModel:
             self._traced(requests, t0, t1, t2, time.time_ns())
             return responses
         responses = []
-        for r, f in zip(requests, feeds):
+        for r, f, (d0, d1) in zip(requests, feeds, decoded):
             try:
                 t1 = time.time_ns()
                 outs = self.model.run(f, self.outputs)
                 t2 = time.time_ns()
                 responses.append(_response(self.outputs, outs))
-                self._traced([r], t0, t1, t2, time.time_ns())
+                self._traced([r], d0, d1, t2, time.time_ns(), run_start=t1)
             except Exception as e:  # noqa: BLE001
                 responses.append(_error(e))
         return responses
 
-    def _traced(self, requests, t0, t1, t2, t3):
+    def _traced(self, requests, t0, t1, t2, t3, run_start=None):
+        """Spans of requests decoded in [t0, t1], run until t2 (from run_start, default t1), encoded until t3."""
         if self.tel is None:
             return
-        phases = [("mcp.decode_inputs", t0, t1), ("mcp.onnxruntime.run", t1, t2), ("mcp.encode_outputs", t2, t3)]
+        phases = [("mcp.decode_inputs", t0, t1), ("mcp.onnxruntime.run", run_start or t1, t2),
+                  ("mcp.encode_outputs", t2, t3)]
         for r in requests:
             self.tel.request(trace_context(r), phases, len(requests))
 
