@@ -123,44 +123,74 @@ def match(pattern: Pattern, root: Node, outputs: set[int]) -> Match | None:
     return None
 
 
-def _match(p: Pattern, v: Value | None, s: _State) -> Iterator[_State]:
+def _match(p: Pattern, v: Value | None, s: _State, at: str = "the root",
+           fails: list[tuple[int, str]] | None = None) -> Iterator[_State]:
+    """The states in which `p` matches `v`; `fails` (when given) collects why each failed try
+    did not match, with how many nodes had matched by then (the deepest is the one to report)."""
+    def fail(why: str) -> None:
+        if fails is not None:
+            fails.append((len(s.nodes), f"{at} {why}"))
+
     if v is None:
+        fail("is omitted")
         return
     if isinstance(p, Var):
         seen = s.bound.get(p.name)
         if seen is v:
             yield s
-        elif seen is None and (p.where is None or p.where(v)):
+        elif seen is not None:
+            fail(f"is not the same value as {p.name} elsewhere in the pattern")
+        elif p.where is not None and not p.where(v):
+            fail(f"({v.name}) fails {p.name}'s condition")
+        else:
             yield _State({**s.bound, p.name: v}, s.nodes, s.constants)
     elif isinstance(p, Const):
         a = R.const(v)
         if a is None or a.size != 1:
+            fail(f"({v.name}) is not a constant with one element")
             return
-        if p.value is not None and not _near(float(a.reshape(-1)[0]), p.value):
+        got = float(a.reshape(-1)[0])
+        if p.value is not None and not _near(got, p.value):
+            fail(f"is the constant {got:g}, not {p.value:g}")
             return
         bound = {**s.bound, p.name: v} if p.name else s.bound
         yield _State(bound, s.nodes, s.constants + (a,))
     elif isinstance(p, Or):
         for alt in p.alternatives:
-            yield from _match(alt, v, s)
+            yield from _match(alt, v, s, at, fails)
     elif isinstance(p, Op):
-        yield from _match_op(p, v, s)
+        yield from _match_op(p, v, s, at, fails)
     else:
         raise TypeError(f"not a pattern: {p!r}")
 
 
-def _match_op(p: Op, v: Value, s: _State) -> Iterator[_State]:
+def _match_op(p: Op, v: Value, s: _State, at: str, fails: list | None) -> Iterator[_State]:
+    def fail(why: str) -> None:
+        if fails is not None:
+            fails.append((len(s.nodes), f"{at} {why}"))
+
     n = v.producer
-    if n is None or v.output_index != 0 or n.op_type != p.op_type or not n.is_onnx():
+    if n is None:
+        fail(f"({v.name}) is a graph input or a constant, not {p.op_type}'s result")
+        return
+    if n.op_type != p.op_type or not n.is_onnx():
+        fail(f"({v.name}) is made by {n.op_type}, not {p.op_type}")
+        return
+    if v.output_index != 0:
+        fail(f"({v.name}) is {p.op_type}'s output {v.output_index}, not its output 0")
         return
     if p.name is not None and p.name in s.bound:
         if s.bound[p.name] is n:
             yield s
+        else:
+            fail(f"is another {p.op_type} than {p.name} elsewhere in the pattern")
         return
     ins = n.inputs
     if len(ins) < len(p.inputs) or (len(ins) > len(p.inputs) and not p.more_inputs):
+        fail(f"{p.op_type} has {len(ins)} inputs, not {len(p.inputs)}")
         return
     if p.where is not None and not p.where(n):
+        fail(f"{p.op_type} ({n.name or v.name}) fails its attribute check")
         return
     bound = {**s.bound, p.name: n} if p.name else s.bound
     start = _State(bound, s.nodes + (n,), s.constants)
@@ -168,16 +198,16 @@ def _match_op(p: Op, v: Value, s: _State) -> Iterator[_State]:
     if p.op_type in _COMMUTATIVE and len(p.inputs) == 2 and len(ins) == 2:
         orders.append(p.inputs[::-1])
     for order in orders:
-        yield from _match_inputs(order, ins, 0, start)
+        yield from _match_inputs(order, ins, 0, start, p.op_type, fails)
 
 
 def _match_inputs(pats: tuple[Pattern, ...], ins: tuple[Value | None, ...], i: int,
-                  s: _State) -> Iterator[_State]:
+                  s: _State, op: str, fails: list | None) -> Iterator[_State]:
     if i == len(pats):
         yield s
         return
-    for s2 in _match(pats[i], ins[i], s):
-        yield from _match_inputs(pats, ins, i + 1, s2)
+    for s2 in _match(pats[i], ins[i], s, f"input {i} of {op}", fails):
+        yield from _match_inputs(pats, ins, i + 1, s2, op, fails)
 
 
 def _near(v: float, want: float) -> bool:
@@ -185,10 +215,26 @@ def _near(v: float, want: float) -> bool:
 
 
 def why_not(pattern: Pattern, root: Node, outputs: set[int]) -> str:
-    """Why `match(pattern, root, outputs)` found nothing, in words (for --explain-pass)."""
+    """Why `match(pattern, root, outputs)` found nothing, in words (for --explain-pass): the
+    sub-pattern that failed deepest into the pattern, or the value that escapes it."""
     if not root.outputs:
         return "the node has no outputs"
-    shapes = [st for st in _match(pattern, root.outputs[0], _State({}, (), ())) if st.nodes and st.nodes[0] is root]
-    if not shapes:
-        return "its operands are not the pattern's (other ops, constants or types)"
+    fails: list[tuple[int, str]] = []
+    states = [st for st in _match(pattern, root.outputs[0], _State({}, (), ()), fails=fails)
+              if st.nodes and st.nodes[0] is root]
+    if not states:
+        if not fails:
+            return "its operands are not the pattern's"
+        depth = max(d for d, _ in fails)
+        return next(why for d, why in fails if d == depth)
+    for st in states:
+        inside = {id(n) for n in st.nodes}
+        for n in st.nodes:
+            for o in n.outputs if n is not root else ():
+                if id(o) in outputs:
+                    return f"{o.name} (made by {n.op_type} inside the pattern) is a graph output"
+                users = [u for u, _ in o.uses if id(u) not in inside]
+                if users:
+                    return f"{o.name} (made by {n.op_type} inside the pattern) is also used by {users[0].op_type}" \
+                           f" {users[0].name or ''}".rstrip()
     return "a value inside the pattern is used elsewhere or is a graph output"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from mcp_compiler.ir import DataType, Graph, Node, Tensor, TensorType, Value
-from mcp_compiler.ir.graph import unlink
 
 
 def c_order(a: np.ndarray) -> np.ndarray:
@@ -58,15 +57,6 @@ def new_constant(g: Graph, names: set[str], base: str, array: np.ndarray) -> Val
     return v
 
 
-_SWEEP_NAMES: dict[int, set[str]] = {}   # the graph being swept by a rule pass -> its names
-
-
-def names_of(g: Graph) -> set[str]:
-    """value_names(g), computed once per rule-pass sweep (new_constant keeps it current)."""
-    names = _SWEEP_NAMES.get(id(g))
-    return names if names is not None else value_names(g)
-
-
 def value_names(g: Graph) -> set[str]:
     names = {v.name for v in g.inputs} | set(g.initializers)
     for n in g.nodes:
@@ -116,49 +106,6 @@ def channel_vector(a: np.ndarray, channels: int, rank: int) -> np.ndarray | None
     if len(shape) != rank or shape[1] != channels or any(d != 1 for i, d in enumerate(shape) if i != 1):
         return None
     return a.reshape(channels)
-
-
-class Splice:
-    """Replace matched patterns of one graph by new nodes, in one pass over its node list.
-
-    `free(nodes)` gives the pattern's outputs up (the result values, now producer-less, go to
-    the new nodes); `replace(nodes, new)`: `new` takes the place of the last node (the one that
-    made the result). `apply()` drops the freed nodes' edges at once (use lists filtered once:
-    linear where dropping one edge at a time is quadratic on a widely shared constant).
-    """
-
-    def __init__(self, g: Graph) -> None:
-        self.g = g
-        self._new: dict[int, list[Node]] = {}
-        self._dead: set[int] = set()
-        self._created: set[int] = set()   # new nodes, not in the graph until apply()
-        self._freed: list[Node] = []
-
-    def taken(self, nodes: list[Node]) -> bool:
-        """A node already in a replaced pattern (overlapping matches: the first one wins), or one
-        a replacement made (it joins the graph at apply(): a later sweep may match it)."""
-        return any(id(n) in self._dead or id(n) in self._new or id(n) in self._created for n in nodes)
-
-    def free(self, nodes: list[Node]) -> None:
-        """Give up the nodes' outputs; their input edges go at apply()."""
-        for n in nodes:
-            for o in n.outputs:
-                o.producer = None
-            n.outputs = [Value(f"{n.name or n.op_type}__fused")]
-            n.outputs[0].producer = n
-        self._freed += nodes
-
-    def replace(self, nodes: list[Node], new: list[Node]) -> None:
-        self._new[id(nodes[-1])] = new
-        self._dead.update(id(n) for n in nodes[:-1])
-        self._created.update(id(n) for n in new)
-
-    def apply(self) -> int:
-        if self._new:
-            unlink(self._freed)
-            self.g.nodes = [m for n in self.g.nodes if id(n) not in self._dead
-                            for m in self._new.get(id(n), [n])]
-        return len(self._new)
 
 
 def clip_bounds(n: Node) -> tuple[float, float] | None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import Graph, Model, Node, Value
+from mcp_compiler.ir import Model, Node, Value
 
 from .. import _rewrite as R
 from .._infra import REWRITES
 from .._pattern import Match, Op, Or, Var
-from .._rules import Rule, RuleSetPass
+from .._rules import RewriteContext, Rule, RuleSetPass
 
 _PRODUCER = Or(*(Op(op, Var("x"), Var("w"), name="p", more_inputs=True) for op in ("Conv", "ConvTranspose", "Gemm")))
 BN = Op("BatchNormalization", _PRODUCER, Var("gamma"), Var("beta"), Var("mean"), Var("var"), name="bn")
@@ -42,12 +42,12 @@ def _check(m: Match, model: Model) -> str | None:
         "a parameter is not a float32 constant, or the weight's channels do not match (grouped ConvTranspose)"
 
 
-def _fold(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+def _fold(m: Match, rc: RewriteContext, y: Value) -> list[Node]:
     p = m.node("p")
     new_w, new_b = _params(m)
-    names, base = R.names_of(g), m["w"].name
-    w = R.new_constant(g, names, f"{base}_bn", new_w)
-    b = R.new_constant(g, names, f"{base}_bn_bias", new_b)
+    base = m["w"].name
+    w = rc.constant(f"{base}_bn", new_w)
+    b = rc.constant(f"{base}_bn_bias", new_b)
     return [Node(p.op_type, [m["x"], w, b], [y], name=p.name, attributes=list(p.attributes.values()))]
 
 

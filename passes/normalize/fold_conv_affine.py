@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import Graph, Model, Node, Value
+from mcp_compiler.ir import Model, Node, Value
 
 from .. import _rewrite as R
 from .._infra import REWRITES
 from .._pattern import Match, Op, Var
-from .._rules import Rule, RuleSetPass
+from .._rules import RewriteContext, Rule, RuleSetPass
 
 CONV = Op("Conv", Var("x"), Var("w"), name="conv", more_inputs=True)
 SCALED, SHIFTED = Op("Mul", CONV, Var("c"), name="op"), Op("Add", CONV, Var("c"), name="op")
@@ -39,17 +39,17 @@ def _check(m: Match, model: Model) -> str | None:
     return None
 
 
-def _fold(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+def _fold(m: Match, rc: RewriteContext, y: Value) -> list[Node]:
     conv, vec, w = m.node("conv"), _vector(m), R.const(m["w"])
     bias = _bias(conv, w).reshape(-1)
-    names, base = R.names_of(g), m["w"].name
+    base = m["w"].name
     weight = m["w"]
     if m.node("op").op_type == "Mul":
         scaled = (w * vec.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32)
-        weight, bias = R.new_constant(g, names, f"{base}_scaled", scaled), bias * vec
+        weight, bias = rc.constant(f"{base}_scaled", scaled), bias * vec
     else:
         bias = bias + vec
-    b = R.new_constant(g, names, f"{base}_bias", bias.astype(np.float32))
+    b = rc.constant(f"{base}_bias", bias.astype(np.float32))
     return [Node("Conv", [m["x"], weight, b], [y], name=conv.name, attributes=list(conv.attributes.values()))]
 
 
@@ -70,4 +70,3 @@ class FoldConvAffinePass(RuleSetPass):
     preserves = REWRITES
     # a chain (Conv -> Mul -> Add) folds one link per sweep: sweep until nothing fires
     rounds = ((Rule("nodes_folded", SCALED, _fold, _check), Rule("nodes_folded", SHIFTED, _fold, _check)),)
-    until_fixpoint = True

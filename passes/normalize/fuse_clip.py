@@ -6,58 +6,56 @@ import math
 
 import numpy as np
 
-from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
+from mcp_compiler.ir import Attribute, AttrType, Node, Value
 
 from .. import _rewrite as R
-from .._infra import REWRITES, Pass, PassContext, PassResult
+from .._infra import REWRITES
+from .._rules import FnRule, RewriteContext, RuleSetPass
 
 
-class FuseClipPass(Pass):
+def _merge(n: Node, rc: RewriteContext):  # noqa: ANN202
+    """(x, lo, hi, inner): n clamps the result of another clamp `inner` (used only by n), and
+    the two intervals meet; else why not."""
+    c = _clamp(n)
+    if c is None:
+        return "not a clamp of a float32 x by constants"
+    v, lo, hi = c
+    inner = v.producer
+    outer_of = _clamp(inner) if inner is not None else None
+    if outer_of is None:
+        return "its input is not clamped by another Relu, Clip, Min or Max"
+    if rc.only_use(v) is not n:
+        return f"{v.name} is used elsewhere or is a graph output"
+    x, plo, phi = outer_of
+    lo, hi = max(plo, lo), min(phi, hi)
+    return (x, lo, hi, inner) if lo <= hi else "the two intervals do not meet"
+
+
+def _merged(n: Node, found, rc: RewriteContext) -> None:  # noqa: ANN001
+    x, lo, hi, inner = found
+    y = n.outputs[0]
+    rc.free([inner, n])
+    rc.replace([inner, n], [_clip_node(rc, x, y, lo, hi, n.name or y.name)])
+
+
+class FuseClipPass(RuleSetPass):
     """Each of these clamps x to an interval [lo, hi]:
 
         Relu(x) = [0, inf]    Max(x, c) = [c, inf]    Min(x, c) = [-inf, c]    Clip(x, lo, hi)
 
     and clamping to [a, b] then to [c, d] is clamping to [max(a, c), min(b, d)] when that
-    interval is not empty. Rule: a chain of two or more clamps (each intermediate used only by
-    the next) -> Clip(x, lo, hi), or Relu(x) for [0, inf]. x float32; c and the Clip bounds
-    constants with one element that add no dims to x. Exact: the same comparisons, no rounding
-    (Min(Max(x, 0), 6) -> Clip(x, 0, 6); Relu(x) then Min(., 6) -> Clip(x, 0, 6)).
+    interval is not empty. Rule: two clamps in a row (the first used only by the second) ->
+    Clip(x, lo, hi), or Relu(x) for [0, inf]; driven to a fixed point, a chain of any length
+    becomes one. x float32; c and the Clip bounds constants with one element that add no dims
+    to x. Exact: the same comparisons, no rounding (Min(Max(x, 0), 6) -> Clip(x, 0, 6);
+    Relu(x) then Min(., 6) -> Clip(x, 0, 6)).
     """
 
     name = "fuse-clip"
     requires = frozenset()
     establishes = frozenset()
     preserves = REWRITES
-
-    def run(self, model: Model, ctx: PassContext) -> PassResult:
-        opset = model.onnx_opset
-        fused = removed = 0
-        for g in model.all_graphs():
-            outputs = {id(v) for v in g.outputs}
-            names = R.value_names(g)
-            chains: dict[int, tuple[Value, float, float, list[Node]]] = {}   # by last node
-            for n in g.nodes:
-                c = _clamp(n)
-                if c is None:
-                    continue
-                x, lo, hi = c
-                p = x.producer
-                prev = chains.get(id(p)) if p is not None and R.only_use(x, outputs) is n else None
-                if prev is not None and max(prev[1], lo) <= min(prev[2], hi):
-                    src, plo, phi, nodes = chains.pop(id(p))
-                    chains[id(n)] = (src, max(plo, lo), min(phi, hi), nodes + [n])
-                else:
-                    chains[id(n)] = (x, lo, hi, [n])
-            splice = R.Splice(g)
-            for x, lo, hi, nodes in chains.values():
-                if len(nodes) < 2:
-                    continue
-                y = nodes[-1].outputs[0]
-                splice.free(nodes)
-                splice.replace(nodes, [_clip_node(g, names, x, y, lo, hi, nodes[-1].name or y.name, opset)])
-                removed += len(nodes) - 1
-            fused += splice.apply()
-        return PassResult(model, fused > 0, {"chains_merged": fused, "nodes_removed": removed})
+    rounds = ((FnRule("clamps_merged", frozenset({"Relu", "Clip", "Min", "Max"}), _merge, _merged),),)
 
 
 def _clamp(n: Node) -> tuple[Value, float, float] | None:
@@ -81,16 +79,15 @@ def _clamp(n: Node) -> tuple[Value, float, float] | None:
     return None
 
 
-def _clip_node(g, names: set[str], x: Value, y: Value, lo: float, hi: float, name: str,  # noqa: ANN001
-               opset: int) -> Node:
+def _clip_node(rc: RewriteContext, x: Value, y: Value, lo: float, hi: float, name: str) -> Node:
     if lo == 0.0 and hi == math.inf:
         return Node("Relu", [x], [y], name=name)
     bounds = [(b, i) for b, i in ((lo, "min"), (hi, "max")) if math.isfinite(b)]
-    if opset < 11:   # bounds are attributes before opset 11
+    if rc.model.onnx_opset < 11:   # bounds are attributes before opset 11
         return Node("Clip", [x], [y], name=name, attributes=[Attribute(k, AttrType.FLOAT, b) for b, k in bounds])
     ins: list[Value | None] = [x, None, None]
     for b, k in bounds:
-        ins[1 if k == "min" else 2] = R.new_constant(g, names, f"{name}_{k}", np.array(b, np.float32))
+        ins[1 if k == "min" else 2] = rc.constant(f"{name}_{k}", np.array(b, np.float32))
     while ins[-1] is None:
         ins.pop()
     return Node("Clip", ins, [y], name=name)

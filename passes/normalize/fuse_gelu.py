@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 
-from mcp_compiler.ir import Attribute, AttrType, Graph, Model, Node, Value
+from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
 
 from .. import _rewrite as R
 from .._infra import REWRITES
 from .._pattern import Const, Match, Op, Or, Var
-from .._rules import Rule, RuleSetPass, broadcasts_like_x
+from .._rules import RewriteContext, Rule, RuleSetPass, broadcasts_like_x
 
 X = Var("x", where=R.is_float32)
 HALF, ONE = Const(0.5), Const(1.0)
@@ -28,7 +28,7 @@ def gelu_of(term: Op) -> Or:
 def _gelu(approximate: str):  # noqa: ANN202
     attrs = [Attribute("approximate", AttrType.STRING, approximate.encode())] if approximate != "none" else []
 
-    def replace(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+    def replace(m: Match, rc: RewriteContext, y: Value) -> list[Node]:
         return [Node("Gelu", [m["x"]], [y], name=m.nodes[-1].name or y.name, attributes=list(attrs))]
     return replace
 

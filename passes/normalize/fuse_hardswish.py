@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mcp_compiler.ir import Attribute, AttrType, Graph, Model, Node, Value
+from mcp_compiler.ir import Attribute, AttrType, Node, Value
 
 from .. import _rewrite as R
 from .._infra import REWRITES
 from .._pattern import Const, Match, Op, Or, Var
-from .._rules import Rule, RuleSetPass, broadcasts_like_x
+from .._rules import RewriteContext, Rule, RuleSetPass, broadcasts_like_x
 
 
 def _bounds(lo: float, hi: float) -> Callable[[Node], bool]:
@@ -37,19 +37,19 @@ def _hardsigmoid(x: Value, y: Value, name: str, alpha: float = 1 / 6, beta: floa
                                                                Attribute("beta", AttrType.FLOAT, beta)])
 
 
-def _hardswish(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+def _hardswish(m: Match, rc: RewriteContext, y: Value) -> list[Node]:
     x, name = m["x"], m.nodes[-1].name or y.name
-    if model.onnx_opset >= 14:
+    if rc.model.onnx_opset >= 14:
         return [Node("HardSwish", [x], [y], name=name)]
     sig = Value(f"{y.name}__hardsigmoid", y.type)
     return [_hardsigmoid(x, sig, f"{name}_hardsigmoid"), Node("Mul", [x, sig], [y], name=name)]
 
 
-def _plain_hardsigmoid(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+def _plain_hardsigmoid(m: Match, rc: RewriteContext, y: Value) -> list[Node]:
     return [_hardsigmoid(m["x"], y, m.nodes[-1].name or y.name)]
 
 
-def _affine_hardsigmoid(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+def _affine_hardsigmoid(m: Match, rc: RewriteContext, y: Value) -> list[Node]:
     alpha = m.scalar("a") if "a" in m.bound else 1 / m.scalar("k")
     return [_hardsigmoid(m["x"], y, m.nodes[-1].name or y.name, alpha, m.scalar("b"))]
 

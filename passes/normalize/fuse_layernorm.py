@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import Attribute, AttrType, Graph, Model, Node, Value
+from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
 
 from .. import _rewrite as R
 from .._infra import REWRITES, Property
 from .._pattern import Const, Match, Op, Or, Var
-from .._rules import Rule, RuleSetPass, broadcasts_like_x
+from .._rules import RewriteContext, Rule, RuleSetPass, broadcasts_like_x
 
 
 def _last_dim_static(v: Value) -> bool:
@@ -76,17 +76,17 @@ def _tf_check(m: Match, model: Model) -> str | None:
     return broadcasts_like_x(m, model)
 
 
-def _tf_fused(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+def _tf_fused(m: Match, rc: RewriteContext, y: Value) -> list[Node]:
     c = R.shape(m["x"])[-1]
-    gamma = m.bound.get("gamma") or R.new_constant(g, R.names_of(g), f"{y.name}_scale", np.ones(c, np.float32))
+    gamma = m.bound.get("gamma") or rc.constant(f"{y.name}_scale", np.ones(c, np.float32))
     return [Node("LayerNormalization", [m["x"], gamma, m["beta"]], [y], name=m.nodes[-1].name or y.name,
                  attributes=[Attribute("axis", AttrType.INT, -1), Attribute("epsilon", AttrType.FLOAT, m.scalar("eps"))])]
 
 
 def _fused(op: str):  # noqa: ANN202
-    def replace(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+    def replace(m: Match, rc: RewriteContext, y: Value) -> list[Node]:
         x, c = m["x"], R.shape(m["x"])[-1]
-        scale = m.bound.get("Mul") or R.new_constant(g, R.names_of(g), f"{y.name}_scale", np.ones(c, np.float32))
+        scale = m.bound.get("Mul") or rc.constant(f"{y.name}_scale", np.ones(c, np.float32))
         inputs = [x, scale] + ([m.bound["Add"]] if "Add" in m.bound else [])
         return [Node(op, inputs, [y], name=m.nodes[-1].name or y.name,
                      attributes=[Attribute("axis", AttrType.INT, -1), Attribute("epsilon", AttrType.FLOAT, m.scalar("eps"))])]

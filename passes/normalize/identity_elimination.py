@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import Model, Node, TensorType, Value
+from mcp_compiler.ir import Node, TensorType, Value
 
 from .. import _rewrite as R
-from .._infra import ALL, Pass, PassContext, PassResult, Property
+from .._infra import ALL, Property
+from .._rules import FnRule, RewriteContext, RuleSetPass
 
 
-class IdentityEliminationPass(Pass):
+class IdentityEliminationPass(RuleSetPass):
     """Rules, each y -> x for every consumer of y:
 
     - Identity(x) -> x
@@ -39,34 +40,55 @@ class IdentityEliminationPass(Pass):
     # preserved-property check): dead-code elimination runs after it
     preserves = ALL - {Property.NO_DEAD_CODE}
 
-    def run(self, model: Model, ctx: PassContext) -> PassResult:
-        removed = dropped = 0
-        for g in model.all_graphs():
-            dropped += _drop_zero_states(g)
-            outputs = {id(v) for v in g.outputs}
-            here = {id(n) for n in g.nodes}
-            done = []
-            for n in g.nodes:
-                if not n.is_onnx() or not n.inputs or n.inputs[0] is None:
-                    continue
-                if not _is_noop(n):
-                    continue
-                y, x = n.outputs[0], _kept_operand(n)
-                if any(id(o) in outputs for o in n.outputs[1:]):
-                    continue
-                if y.type is not None and x.type is not None and y.type != x.type and n.op_type not in ("Identity", "Slice", *_NEUTRAL):
-                    continue
-                if id(y) not in outputs:
-                    y.replace_all_uses_with(x)
-                    n.detach()
-                elif x.producer is not None and id(x.producer) in here and id(x) not in outputs:
-                    _take_over(n, x, y)
-                else:
-                    continue
-                done.append(n)
-                removed += 1
-            g.remove_nodes(done)
-        return PassResult(model, removed + dropped > 0, {"nodes_removed": removed, "zero_states_dropped": dropped})
+
+def _noop(n: Node, rc: RewriteContext):  # noqa: ANN202
+    """(x, how): n passes x through unchanged; how "uses" (y's users read x) or "take-over"
+    (y is a graph output: x's producer makes y); else why not."""
+    if not n.is_onnx() or not n.inputs or n.inputs[0] is None:
+        return "no first input"
+    if not _is_noop(n):
+        return "not a no-op"
+    y, x = n.outputs[0], _kept_operand(n)
+    if any(rc.is_output(o) for o in n.outputs[1:]):
+        return "its second output is a graph output"
+    if y.type is not None and x.type is not None and y.type != x.type and n.op_type not in ("Identity", "Slice", *_NEUTRAL):
+        return f"{y.name}'s type differs from {x.name}'s"
+    if not rc.is_output(y):
+        return x, "uses"
+    here = rc.memo.get("here")
+    if here is None:
+        here = rc.memo["here"] = {id(m) for m in rc.graph.nodes}
+    if x.producer is not None and id(x.producer) in here and not rc.is_output(x):
+        return x, "take-over"
+    return f"{y.name} is a graph output and {x.name} cannot be made in its place"
+
+
+def _drop(n: Node, found, rc: RewriteContext) -> None:  # noqa: ANN001
+    x, how = found
+    y = n.outputs[0]
+    if how == "uses":
+        rc.replace_value(y, x)
+    else:
+        _take_over(n, x, y)
+        rc.changed(y.producer)
+    rc.erase(n)
+
+
+def _zero_states(n: Node, rc: RewriteContext):  # noqa: ANN202
+    key = n.op_type if n.is_onnx() else f"{n.domain}.{n.op_type}"
+    zeros = [i for i in _STATES.get(key, ()) if i < len(n.inputs) and _all_zeros(n.inputs[i])]
+    return zeros[0] if zeros else "no initial state that is all zeros"
+
+
+def _drop_zero_state(n: Node, i: int, rc: RewriteContext) -> None:
+    rc.set_input(n, i, None)   # (the node is looked at again: its other state next)
+
+
+_RULES = (FnRule("nodes_removed", frozenset({"Identity", "Dropout", "Cast", "Transpose", "Slice", "Add", "Sub",
+                                              "Mul", "Div"}), _noop, _drop),
+          FnRule("zero_states_dropped", frozenset({"LSTM", "GRU", "RNN", "DynamicQuantizeLSTM"}), _zero_states,
+                 _drop_zero_state))
+IdentityEliminationPass.rounds = (_RULES,)
 
 
 def _is_noop(n: Node) -> bool:
@@ -150,16 +172,6 @@ def _takes_everything(n: Node) -> bool:
 
 # initial_h, initial_c (onnxruntime's int8 LSTM takes them where LSTM does)
 _STATES = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,), "com.microsoft.DynamicQuantizeLSTM": (5, 6)}
-
-
-def _drop_zero_states(g) -> int:  # noqa: ANN001 - ir.Graph
-    dropped = 0
-    for n in g.nodes:
-        for i in _STATES.get(n.op_type if n.is_onnx() else f"{n.domain}.{n.op_type}", ()):
-            if i < len(n.inputs) and _all_zeros(n.inputs[i]):
-                n.set_input(i, None)
-                dropped += 1
-    return dropped
 
 
 _PICKS = ("Slice", "Reshape", "Transpose", "Expand", "Unsqueeze", "Squeeze", "Gather", "Flatten", "Identity")

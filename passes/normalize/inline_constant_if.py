@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from mcp_compiler.ir import Graph, Model, Node, Value
+from mcp_compiler.ir import Graph, Node, Value
 
 from .. import _rewrite as R
-from .._infra import REWRITES, Pass, PassContext, PassResult
+from .._infra import REWRITES
+from .._rules import FnRule, RewriteContext, RuleSetPass
 
 
-class InlineConstantIfPass(Pass):
+class InlineConstantIfPass(RuleSetPass):
     """Rule: If(c) with c a constant -> the nodes of then_branch (c true) or else_branch, in the
     If's place; the If's results are the branch's results. PyTorch writes such Ifs for a squeeze
     of a dim that may be 1 (`If(Shape(x)[d] == 1, Squeeze, Identity)`): once fold-shape-values
@@ -22,18 +23,16 @@ class InlineConstantIfPass(Pass):
     establishes = frozenset()
     preserves = REWRITES
 
-    def run(self, model: Model, ctx: PassContext) -> PassResult:
-        inlined = 0
-        for g in list(model.graph.graphs()):
-            names = None
-            for n in [n for n in g.nodes if n.is_onnx("If")]:
-                branch = _taken(n)
-                if branch is None or len(branch.outputs) != len(n.outputs) or branch.inputs:
-                    continue
-                names = names if names is not None else R.value_names(g)
-                _inline(g, n, branch, names)
-                inlined += 1
-        return PassResult(model, inlined > 0, {"ifs_inlined": inlined})
+
+def _constant_if(n: Node, rc: RewriteContext):  # noqa: ANN202
+    if not n.is_onnx():
+        return "not an ai.onnx If"
+    branch = _taken(n)
+    if branch is None:
+        return "its condition is not a constant with one element"
+    if len(branch.outputs) != len(n.outputs) or branch.inputs:
+        return "the branch's outputs do not match the If's"
+    return branch
 
 
 def _taken(n: Node) -> Graph | None:
@@ -45,8 +44,9 @@ def _taken(n: Node) -> Graph | None:
     return attr.value if attr is not None and isinstance(attr.value, Graph) else None
 
 
-def _inline(g: Graph, n: Node, branch: Graph, names: set[str]) -> None:
-    outputs = {id(v) for v in g.outputs}
+def _inline(n: Node, branch: Graph, rc: RewriteContext) -> None:
+    """The branch's nodes take the If's place; its results are the If's."""
+    g, names = rc.graph, rc.names
     for v in list(branch.initializers.values()):
         v.name = R.fresh_name(names, v.name)
         g.initializers[v.name] = v
@@ -55,16 +55,14 @@ def _inline(g: Graph, n: Node, branch: Graph, names: set[str]) -> None:
             if o.name and o.name in names:
                 o.name = R.fresh_name(names, o.name)
             names.add(o.name)
-    at = g.nodes.index(n)
-    g.nodes[at:at] = branch.nodes
-    extra = []
+    new = list(branch.nodes)
     for y, b in zip(n.outputs, branch.outputs):
-        if id(y) not in outputs:
-            y.replace_all_uses_with(b)
+        if not rc.is_output(y):
+            rc.replace_value(y, b)
             continue
         # a graph output keeps its value: the branch's node makes it, or an Identity copies it
         p = b.producer
-        if p is not None and any(o is b for o in p.outputs) and id(b) not in outputs:
+        if p is not None and any(o is b for o in p.outputs) and not rc.is_output(b):
             b.replace_all_uses_with(y)
             i = next(i for i, o in enumerate(p.outputs) if o is b)
             y.producer, y.output_index = None, -1
@@ -72,11 +70,12 @@ def _inline(g: Graph, n: Node, branch: Graph, names: set[str]) -> None:
             b.producer = None
         else:
             y.producer = None
-            extra.append(Node("Identity", [b], [y], name=f"{n.name or y.name}_inlined"))
+            new.append(Node("Identity", [b], [y], name=f"{n.name or y.name}_inlined"))
     n.outputs = [Value(f"{n.name or 'if'}__inlined_{i}") for i in range(len(n.outputs))]
     for o in n.outputs:
         o.producer = n
-    n.set_input(0, None)
     branch.nodes, branch.outputs, branch.initializers = [], [], {}
-    g.nodes[g.nodes.index(n) + 1:g.nodes.index(n) + 1] = extra
-    g.remove_nodes([n])
+    rc.replace([n], new)
+
+
+InlineConstantIfPass.rounds = ((FnRule("ifs_inlined", frozenset({"If"}), _constant_if, _inline),),)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from mcp_compiler.ir import Graph, Model, Node, TensorType, Value
+from mcp_compiler.ir import Model, Node, TensorType, Value
 
 from .. import _rewrite as R
 from .._infra import REWRITES, Property
 from .._pattern import Match, Op, Var
-from .._rules import Rule, RuleSetPass
+from .._rules import RewriteContext, Rule, RuleSetPass
 
 MATMUL_ADD = Op("Add", Op("MatMul", Var("a"), Var("b")), Var("c"))
 
@@ -25,7 +25,7 @@ def _check(m: Match, model: Model) -> str | None:
     return None
 
 
-def _gemm(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+def _gemm(m: Match, rc: RewriteContext, y: Value) -> list[Node]:
     mm = m.nodes[0]
     return [Node("Gemm", [m["a"], m["b"], m["c"]], [y], name=mm.name or m.nodes[-1].name)]
 

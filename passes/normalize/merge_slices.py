@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import Graph, Model, Node, Value
+from mcp_compiler.ir import Model, Node, Value
 
 from .. import _rewrite as R
 from .._infra import REWRITES
 from .._pattern import Match, Op, Var
-from .._rules import Rule, RuleSetPass
+from .._rules import RewriteContext, Rule, RuleSetPass
 
 CHAIN = Op("Slice", Op("Slice", Var("x"), name="inner", more_inputs=True), name="outer", more_inputs=True)
 
@@ -43,10 +43,10 @@ def _check(m: Match, model: Model) -> str | None:
     return None if not a & b else "both Slices cut the same axis"
 
 
-def _one_slice(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+def _one_slice(m: Match, rc: RewriteContext, y: Value) -> list[Node]:
     inner, outer = _params(m.node("inner")), _params(m.node("outer"))
-    names, base = R.names_of(g), m.node("outer").name or y.name
-    params = [R.new_constant(g, names, f"{base}_{what}", np.concatenate([inner[k], outer[k]]))
+    base = m.node("outer").name or y.name
+    params = [rc.constant(f"{base}_{what}", np.concatenate([inner[k], outer[k]]))
               for k, what in enumerate(("starts", "ends", "axes", "steps"))]
     return [Node("Slice", [m["x"], *params], [y], name=m.node("outer").name)]
 
@@ -62,4 +62,3 @@ class MergeSlicesPass(RuleSetPass):
     establishes = frozenset()
     preserves = REWRITES
     rounds = ((Rule("slices_merged", CHAIN, _one_slice, _check, min_opset=10),),)
-    until_fixpoint = True

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from mcp_compiler.ir import Attribute, AttrType, Graph, Model, Node
+from mcp_compiler.ir import Attribute, AttrType, Node
 
 from .. import _rewrite as R
-from .._infra import REWRITES, Pass, PassContext, PassResult
-from ..layout.to_nhwc import BINARY, UNARY, is_transpose, perm_of, swap_below, toposort, transposed_back
+from .._infra import REWRITES
+from .._rules import FnRule, RewriteContext, RuleSetPass
+from ..layout.to_nhwc import BINARY, UNARY, is_transpose, perm_of, swap_below, transposed_back
 
 
-class OptimizeTransposesPass(Pass):
+class OptimizeTransposesPass(RuleSetPass):
     """Rules (main graph; a transpose whose result has one use and is not a graph output):
 
     - T(T(x, p), q) -> T(x, p∘q), or x when p∘q is the identity
@@ -27,101 +28,98 @@ class OptimizeTransposesPass(Pass):
     requires = frozenset()
     establishes = frozenset()
     preserves = REWRITES
-
-    def run(self, model: Model, ctx: PassContext) -> PassResult:
-        g = model.graph
-        s = _Sweep(g)
-        s.run()
-        if s.changed:
-            g.remove_nodes(s.dead)
-            toposort(g)
-        return PassResult(model, s.changed, {"moved": s.moved, "merged": s.merged, "cancelled": s.cancelled})
+    main_graph_only = True
 
 
-class _Sweep:
-    def __init__(self, g: Graph) -> None:
-        self.g, self.outputs = g, {id(v) for v in g.outputs}
-        self.dead: list[Node] = []
-        self.gone: set[int] = set()
-        self.names: set[str] | None = None
-        self.moved = self.merged = self.cancelled = 0
+def _site(t: Node, rc: RewriteContext):  # noqa: ANN202
+    """t's single consumer n, and its input index, when t may merge or move; else why not."""
+    y = t.outputs[0] if t.outputs else None
+    if not is_transpose(t) or t.inputs[0] is None or perm_of(t) is None:
+        return "not a Transpose with a perm"
+    if rc.is_output(y) or len(y.uses) != 1:
+        return f"{y.name} is a graph output or has more than one use"
+    return y.uses[0]
 
-    @property
-    def changed(self) -> bool:
-        return bool(self.moved or self.merged or self.cancelled)
 
-    def run(self) -> None:
-        work = [n for n in self.g.nodes if is_transpose(n)]
-        steps = 0
-        while work and steps < 20 * len(self.g.nodes) + 100:
-            steps += 1
-            t = work.pop()
-            y = t.outputs[0]
-            if id(t) in self.gone or t.inputs[0] is None or perm_of(t) is None or id(y) in self.outputs \
-                    or len(y.uses) != 1:
-                continue
-            n, index = y.uses[0]
-            if is_transpose(n) and perm_of(n) is not None:
-                work += self._merge(t, n)
-            elif self._movable(t, n, index):
-                swap_below(t, n, self._names())
-                self.moved += 1
-                work.append(t)
+def _meets(t: Node, rc: RewriteContext):  # noqa: ANN202
+    site = _site(t, rc)
+    if isinstance(site, str):
+        return site
+    n, _ = site
+    return n if is_transpose(n) and perm_of(n) is not None else "its user is not a Transpose"
 
-    def _names(self) -> set[str]:
-        if self.names is None:
-            self.names = R.value_names(self.g)
-        return self.names
 
-    def _kill(self, n: Node) -> None:
-        self.dead.append(n)
-        self.gone.add(id(n))
+def _composed(t: Node, n: Node) -> list[int]:
+    return [perm_of(t)[p] for p in perm_of(n)]
 
-    def _merge(self, t: Node, n: Node) -> list[Node]:
-        composed = [perm_of(t)[p] for p in perm_of(n)]
-        x = t.inputs[0]
-        if composed == sorted(composed) and id(n.outputs[0]) not in self.outputs:
-            n.outputs[0].replace_all_uses_with(x)
-            t.set_input(0, None)
-            n.set_input(0, None)
-            self._kill(t)
-            self._kill(n)
-            self.cancelled += 2
-            return []
-        n.set_input(0, x)
-        n.attributes["perm"] = Attribute("perm", AttrType.INTS, composed)
-        t.set_input(0, None)
-        self._kill(t)
-        self.merged += 1
-        return [n]
 
-    def _movable(self, t: Node, n: Node, index: int) -> bool:
-        """Whether t may move below n; prepares n's other operand when it does."""
-        if not n.is_onnx() or len(n.outputs) != 1 or id(n.outputs[0]) in self.outputs:
-            return False
-        if n.op_type in UNARY:
-            return index == 0 and all(v is None or R.const(v) is not None for v in n.inputs[1:])
-        if n.op_type not in BINARY or len(n.inputs) != 2:
-            return False
-        other = n.inputs[1 - index]
-        p = other.producer if other is not None else None
-        if is_transpose(p, perm_of(t)) and len(other.uses) == 1 and id(other) not in self.outputs \
-                and p.inputs[0] is not None:
-            n.set_input(1 - index, p.inputs[0])   # b(T(x), T(y)) -> b(x, y), transposed once below
-            p.set_input(0, None)
-            self._kill(p)
-            self.merged += 1
-            return True
-        return self._constant_operand(n, 1 - index, perm_of(t))
+def _cancels(t: Node, rc: RewriteContext):  # noqa: ANN202
+    n = _meets(t, rc)
+    if isinstance(n, str):
+        return n
+    composed = _composed(t, n)
+    if composed != sorted(composed):
+        return "the two perms do not compose to the identity"
+    return n if not rc.is_output(n.outputs[0]) else "the second Transpose's result is a graph output"
 
-    def _constant_operand(self, n: Node, j: int, perm: list[int]) -> bool:
+
+def _cancel(t: Node, n: Node, rc: RewriteContext) -> None:
+    rc.replace_value(n.outputs[0], t.inputs[0])
+    rc.erase(n)
+    rc.erase(t)
+
+
+def _merge(t: Node, n: Node, rc: RewriteContext) -> None:
+    n.attributes["perm"] = Attribute("perm", AttrType.INTS, _composed(t, n))
+    rc.set_input(n, 0, t.inputs[0])
+    rc.erase(t)
+
+
+def _movable(t: Node, rc: RewriteContext):  # noqa: ANN202
+    """(n, how, j) when t may move below its user n: how "unary", "pair" (n's other operand j is
+    the same transpose of another value), "scalar" or "constant" (operand j is a constant, transposed
+    back when it has more than one element); else why not."""
+    site = _site(t, rc)
+    if isinstance(site, str):
+        return site
+    n, index = site
+    if not n.is_onnx() or len(n.outputs) != 1 or rc.is_output(n.outputs[0]):
+        return f"its user {n.op_type} is not an ai.onnx op of one output that is not a graph output"
+    if n.op_type in UNARY:
+        ok = index == 0 and all(v is None or R.const(v) is not None for v in n.inputs[1:])
+        return (n, "unary", None) if ok else f"{n.op_type}'s other inputs are not constants"
+    if n.op_type not in BINARY or len(n.inputs) != 2:
+        return f"its user {n.op_type} is not elementwise"
+    j = 1 - index
+    other = n.inputs[j]
+    p = other.producer if other is not None else None
+    if is_transpose(p, perm_of(t)) and len(other.uses) == 1 and not rc.is_output(other) and p.inputs[0] is not None:
+        return n, "pair", j
+    a = R.const(other)
+    if a is None or a.ndim > len(perm_of(t)):
+        return f"{n.op_type}'s other operand is neither the same Transpose nor a constant of rank <= {len(perm_of(t))}"
+    if a.size == 1:
+        return n, "scalar", j
+    if len(other.uses) != 1 or rc.is_output(other):
+        return f"{n.op_type}'s constant operand is shared: transposing it would grow the weights"
+    return n, "constant", j
+
+
+def _move(t: Node, found, rc: RewriteContext) -> None:  # noqa: ANN001
+    n, how, j = found
+    if how == "pair":   # b(T(x), T(y)) -> b(x, y), transposed once below
+        p = n.inputs[j].producer
+        rc.set_input(n, j, p.inputs[0])
+        rc.erase(p)
+    elif how == "constant":
         v = n.inputs[j]
-        a = R.const(v)
-        if a is None or a.ndim > len(perm):
-            return False
-        if a.size == 1:
-            return True
-        if len(v.uses) != 1 or id(v) in self.outputs:
-            return False   # a shared constant would be copied: the weights would grow
-        n.set_input(j, R.new_constant(self.g, self._names(), f"{v.name}__t", transposed_back(a, perm)))
-        return True
+        rc.set_input(n, j, rc.constant(f"{v.name}__t", transposed_back(R.const(v), perm_of(t))))
+    swap_below(t, n, rc.names)
+    rc.toposort = True
+    rc.changed(t)
+    rc.changed(n)
+
+
+T = frozenset({"Transpose"})
+OptimizeTransposesPass.rounds = ((FnRule("cancelled", T, _cancels, _cancel), FnRule("merged", T, _meets, _merge),
+                                  FnRule("moved", T, _movable, _move)),)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from mcp_compiler.ir import Attribute, AttrType, DataType, Graph, Model, Node, TensorType, Value
+from mcp_compiler.ir import Attribute, AttrType, DataType, Model, Node, TensorType, Value
 
 from .._infra import REWRITES
 from .._pattern import Match, Op, Var
-from .._rules import Rule, RuleSetPass
+from .._rules import RewriteContext, Rule, RuleSetPass
 
 D = DataType
 # source -> the types that represent every value of it exactly
@@ -39,7 +39,7 @@ def _check(m: Match, model: Model) -> str | None:
         f"{src.name.lower()} -> {mid.name.lower()} can change values"
 
 
-def _one_cast(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+def _one_cast(m: Match, rc: RewriteContext, y: Value) -> list[Node]:
     outer = m.node("outer")
     to = outer.attributes["to"].value
     return [Node("Cast", [m["x"]], [y], name=outer.name, attributes=[Attribute("to", AttrType.INT, to)])]
@@ -58,4 +58,3 @@ class SimplifyCastsPass(RuleSetPass):
     establishes = frozenset()
     preserves = REWRITES
     rounds = ((Rule("casts_merged", CHAIN, _one_cast, _check),),)
-    until_fixpoint = True

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_compiler.ir import DataType, Model, TensorType, Value
+from mcp_compiler.ir import DataType, Node, TensorType, Value
 
 from .. import _rewrite as R
-from .._infra import ALL, Pass, PassContext, PassResult, Property
+from .._infra import ALL, Property
+from .._rules import FnRule, RewriteContext, RuleSetPass
 
 _INT = (DataType.INT32, DataType.INT64)
 
 
-class SimplifyReshapePass(Pass):
+class SimplifyReshapePass(RuleSetPass):
     """Rules (Reshape with allowzero unset or 0):
 
     - Reshape(x, Concat(..., Slice(Shape(x), s, e), ...)) -> Reshape(x, Concat(..., 0 * (e - s), ...))
@@ -33,41 +34,69 @@ class SimplifyReshapePass(Pass):
     establishes = frozenset()
     preserves = ALL - {Property.NO_DEAD_CODE, Property.UNIQUE_WEIGHTS}
 
-    def run(self, model: Model, ctx: PassContext) -> PassResult:
-        consts = removed = 0
-        for g in model.all_graphs():
-            outputs = {id(v) for v in g.outputs}
-            names = None
-            dead = []
-            for n in g.nodes:
-                if n.op_type != "Reshape" or not n.is_onnx() or len(n.inputs) != 2:
-                    continue
-                if "allowzero" in n.attributes and n.attributes["allowzero"].value:
-                    continue
-                x, s = n.inputs
-                shape = R.const(s)
-                if shape is None:
-                    shape = _own_shape_concat(x, s)
-                    if shape is None:
-                        continue
-                    names = names or R.value_names(g)
-                    n.set_input(1, R.new_constant(g, names, f"{n.name or 'reshape'}_shape", shape))
-                    consts += 1
-                x, shape, through = _look_through(n, x, shape, outputs)
-                if through is not None:
-                    names = names or R.value_names(g)
-                    n.set_input(0, x)
-                    n.set_input(1, R.new_constant(g, names, f"{n.name or 'reshape'}_shape", shape))
-                    dead.append(through)
-                    removed += 1
-                y = n.outputs[0]
-                if id(y) not in outputs and _same_static_shape(x, shape):
-                    y.replace_all_uses_with(x)
-                    n.detach()
-                    dead.append(n)
-                    removed += 1
-            g.remove_nodes(dead)
-        return PassResult(model, consts + removed > 0, {"shapes_made_constant": consts, "reshapes_removed": removed})
+
+def _reshape(n: Node) -> str | None:
+    if not n.is_onnx() or len(n.inputs) != 2 or any(v is None for v in n.inputs):
+        return "not a Reshape of two inputs"
+    if "allowzero" in n.attributes and n.attributes["allowzero"].value:
+        return "allowzero is set"
+    return None
+
+
+def _own_shape(n: Node, rc: RewriteContext):  # noqa: ANN202
+    why = _reshape(n)
+    if why is not None:
+        return why
+    x, s = n.inputs
+    if R.const(s) is not None:
+        return "its shape is a constant already"
+    shape = _own_shape_concat(x, s)
+    return shape if shape is not None else "its shape is not a Concat of constants and slices of x's own shape"
+
+
+def _set_shape(n: Node, shape: np.ndarray, rc: RewriteContext) -> None:
+    rc.set_input(n, 1, rc.constant(f"{n.name or 'reshape'}_shape", shape))
+
+
+def _through(n: Node, rc: RewriteContext):  # noqa: ANN202
+    why = _reshape(n)
+    if why is not None:
+        return why
+    x, s = n.inputs
+    shape = R.const(s)
+    if shape is None:
+        return "its shape is not a constant"
+    x, shape, through = _look_through(n, x, shape, rc.outputs)
+    return (x, shape, through) if through is not None else \
+        "its input is not a single-use Reshape, or a Transpose that only moves dims of 1"
+
+
+def _look_past(n: Node, found, rc: RewriteContext) -> None:  # noqa: ANN001
+    x, shape, through = found
+    rc.set_input(n, 0, x)
+    rc.set_input(n, 1, rc.constant(f"{n.name or 'reshape'}_shape", shape))
+    rc.erase(through)
+
+
+def _noop(n: Node, rc: RewriteContext):  # noqa: ANN202
+    why = _reshape(n)
+    if why is not None:
+        return why
+    x, s = n.inputs
+    shape = R.const(s)
+    if shape is None or not _same_static_shape(x, shape):
+        return "x's shape is not known to be the target already"
+    return "its result is a graph output" if rc.is_output(n.outputs[0]) else x
+
+
+def _remove(n: Node, x: Value, rc: RewriteContext) -> None:
+    rc.replace_value(n.outputs[0], x)
+    rc.erase(n)
+
+
+SimplifyReshapePass.rounds = ((FnRule("shapes_made_constant", frozenset({"Reshape"}), _own_shape, _set_shape),
+                               FnRule("reshapes_removed", frozenset({"Reshape"}), _through, _look_past),
+                               FnRule("reshapes_removed", frozenset({"Reshape"}), _noop, _remove)),)
 
 
 def _look_through(n, x: Value, shape: np.ndarray, outputs: set[int]):  # noqa: ANN001, ANN202 - ir.Node

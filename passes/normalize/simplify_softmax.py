@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from mcp_compiler.ir import Attribute, AttrType, Graph, Model, Node, Value
+from mcp_compiler.ir import Attribute, AttrType, Model, Node, Value
 
 from .. import _rewrite as R
 from .._infra import REWRITES, Property
 from .._pattern import Match, Op, Or, Var
-from .._rules import Rule, RuleSetPass
+from .._rules import RewriteContext, Rule, RuleSetPass
 
 _OPS = ("Softmax", "LogSoftmax", "Hardmax")
 
@@ -48,7 +48,7 @@ def _back_to_x(m: Match, model: Model) -> str | None:
     return None if target.tolist() == list(shape) else f"the Reshape's target {target.tolist()} is not x's shape"
 
 
-def _uncoerced(m: Match, g: Graph, model: Model, y: Value) -> list[Node]:
+def _uncoerced(m: Match, rc: RewriteContext, y: Value) -> list[Node]:
     s = m.node("s")
     return [Node(s.op_type, [m["x"]], [y], name=s.name or y.name,
                  attributes=[Attribute("axis", AttrType.INT, _axis(m.node("flat"), 1))])]

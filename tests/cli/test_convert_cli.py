@@ -64,6 +64,7 @@ def test_deploy_model_version_flag_and_program_version():
 
 def test_explain_pass_is_for_rule_sets(tmp_path):
     r = runner.invoke(app, ["convert", str(GOLDEN / "mlp" / "model.onnx"), "-t", "triton-v1.12", "-o",
-                            str(tmp_path / "repo"), "--explain-pass", "identity-elimination"])
+                            str(tmp_path / "repo"), "--explain-pass", "dead-code-elimination"])
     assert r.exit_code == 2 and "not a rule set" in r.stderr and "matmul-add-to-gemm" in r.stderr
+    assert "identity-elimination" in r.stderr and "optimize-transposes" in r.stderr
     assert not (tmp_path / "repo").exists()

@@ -190,3 +190,34 @@ def test_print_ir_after(tmp_path):
     r = CliRunner().invoke(app, ["convert", str(_mlp(tmp_path)), "-o", str(tmp_path / "x.mcpir"),
                                  "--print-ir-after", "no-such-pass", "--passes", "fold-constants"])
     assert r.exit_code == 2 and "--print-ir-after: unknown pass 'no-such-pass'" in r.stderr
+
+
+def test_explain_names_the_sub_pattern_that_failed(tmp_path):
+    """x * HardSigmoid-like Clip(x + 3, 0, 6) / 6 with 7 for 6 in the Div: the reason names the
+    constant deepest into the pattern, not just "no match"."""
+    from mcp_compiler.passes.normalize import FuseHardSwishPass
+
+    path = save_model(tmp_path, "hs", [helper.make_node("Add", ["x", "three"], ["a"], name="add"),
+                                       helper.make_node("Clip", ["a", "zero", "six"], ["c"], name="clip"),
+                                       helper.make_node("Div", ["c", "seven"], ["y"], name="div")],
+                      [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 4])],
+                      [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 4])],
+                      [numpy_helper.from_array(np.array(v, np.float32), k)
+                       for k, v in (("three", 3.0), ("zero", 0.0), ("six", 6.0), ("seven", 7.0))])
+    model = load_onnx(path).model
+    r = FuseHardSwishPass().run(model, PassContext(explain={"fuse-hardswish"}))
+    assert not r.modified
+    [miss] = [m for m in r.stats["not_fired"] if m["node"] == "div"]
+    assert any("input 1 of Div is the constant 7, not 6" in why for why in miss["why"]), miss
+
+
+def test_identity_elimination_explains_its_sites(tmp_path):
+    """A hand-written pass on the rule engine explains too: a Cast that changes the type stays."""
+    from mcp_compiler.passes.normalize import IdentityEliminationPass
+
+    path = save_model(tmp_path, "cast", [helper.make_node("Cast", ["x"], ["y"], name="cast", to=TP.DOUBLE)],
+                      [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 4])],
+                      [helper.make_tensor_value_info("y", TP.DOUBLE, ["N", 4])])
+    model = load_onnx(path).model
+    r = IdentityEliminationPass().run(model, PassContext(explain={"identity-elimination"}))
+    assert r.stats["not_fired"] == [{"node": "cast", "op": "Cast", "why": ["nodes_removed: not a no-op"]}]

@@ -41,7 +41,8 @@ def test_tf2onnx_style_pairs_cancel(tmp_path):
     IdentityEliminationPass().run(model, PassContext())   # the identity transpose left on the output
     DeadCodeEliminationPass().run(model, PassContext())
     assert r.modified and "Transpose" not in _ops(model), _ops(model)
-    assert r.stats["moved"] >= 4 and r.stats["merged"] == 2
+    # the Add of the two NHWC branches moves one transpose below it for both (a move), the last meets NCHW (a merge)
+    assert r.stats["moved"] >= 5 and r.stats["merged"] == 1
     _same_outputs(original, model, {"x": rng.standard_normal((2, 4, 8, 8)).astype(np.float32)}, rtol=1e-6, atol=1e-6)
 
 
