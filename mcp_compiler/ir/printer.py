@@ -1,10 +1,52 @@
-"""The IR as text, one line per node (for --print-ir-after and the golden IR dumps)."""
+"""The IR as text, one line per node (for --print-ir-after, the golden IR dumps and the IR-text
+tests, which read it back with `ir.parser.parse_model`).
+
+    model (opsets ai.onnx:17)
+    graph g(%x: float[N, 4])
+      weight %w: float[4, 3]
+      weight %lo: float[] = [0.5]
+      %y: float[N, 3] = MatMul(%x: float[N, 4], %w: float[4, 3])
+      %z: float[N, 3] = Max(%y: float[N, 3], %lo: float[]) {}
+      return %z: float[N, 3]
+
+Weights of up to 8 elements show their values; attributes print as `name=value` (ints, floats,
+"strings", lists of them, `tensor(float[1], [0])`, `<graph NAME>` with the graph printed below
+its node).
+"""
 
 from __future__ import annotations
 
-from .dims import format_shape
+import json
+import re
+
+import numpy as np
+
+from .dims import BINARY_OPS, Dim, ShapeExpr
 from .graph import Graph, Model, Value
+from .tensor import Tensor
 from .types import DataType, TensorType
+
+SHOWN_VALUES = 8   # weights (and tensor attributes) of at most this many elements show their values
+
+
+def _dim(d: Dim) -> str:
+    """A dim as the parser reads it back: a symbol that is not a plain name is quoted (exporters
+    write symbols such as "floor(height/2 - 1/2) + 1")."""
+    if d is None:
+        return "?"
+    if isinstance(d, ShapeExpr):
+        sym = BINARY_OPS[d.op]
+        return f"{sym}({_dim(d.lhs)}, {_dim(d.rhs)})" if sym.isalpha() else f"({_dim(d.lhs)} {sym} {_dim(d.rhs)})"
+    if isinstance(d, str) and not _NAME.fullmatch(d):
+        return json.dumps(d)
+    return str(d)
+
+
+def format_shape(shape: tuple[Dim, ...] | None) -> str:
+    return "[*]" if shape is None else "[" + ", ".join(_dim(d) for d in shape) + "]"
+
+
+_NAME = re.compile(r"[A-Za-z_][\w.]*")
 
 
 def _value(v: Value | None) -> str:
@@ -19,23 +61,66 @@ def _value(v: Value | None) -> str:
     return f"%{v.name}"
 
 
-def _attr(a) -> str:  # noqa: ANN001 - ir.Attribute
-    v = a.value
+def _values(t: Tensor) -> str | None:
+    """The tensor's elements as a flat list, when it is small and numeric."""
+    if t.string_data is not None or t.dtype.packed or int(np.prod(t.dims, dtype=np.int64)) > SHOWN_VALUES:
+        return None
+    try:
+        a = t.numpy()
+    except (TypeError, ValueError):
+        return None
+    if a.dtype.kind not in "biuf":
+        return None
+    return "[" + ", ".join(_scalar(x) for x in a.reshape(-1)) + "]"
+
+
+def _scalar(x) -> str:  # noqa: ANN001 - numpy scalar
+    if isinstance(x, (np.bool_, bool)):
+        return "true" if x else "false"
+    if isinstance(x, np.integer):
+        return str(int(x))
+    text = str(x)   # numpy's shortest repr that reads back to the same float of that width
+    return text if any(c in text for c in ".ein") else text + ".0"
+
+
+def _weight(v: Value) -> str:
+    shown = _values(v.const) if isinstance(v.const, Tensor) else None
+    return _value(v) + (f" = {shown}" if shown is not None else "")
+
+
+def _attr_value(v) -> str:  # noqa: ANN001
     if isinstance(v, bytes):
-        v = v.decode(errors="replace")
+        return json.dumps(v.decode(errors="replace"))
+    if isinstance(v, str):
+        return json.dumps(v)
     if isinstance(v, Graph):
-        return f"{a.name}=<graph {v.name}>"
-    if isinstance(v, (list, tuple)) and len(v) > 8:
-        v = f"[{', '.join(map(str, v[:8]))}, ... {len(v)} values]"
-    return f"{a.name}={v}"
+        return f"<graph {_graph_name(v)}>"
+    if isinstance(v, Tensor):
+        shown = _values(v)
+        return f"tensor({DataType(v.dtype).name.lower()}[{', '.join(map(str, v.dims))}]" \
+               + (f", {shown})" if shown is not None else ")")
+    if isinstance(v, (list, tuple)):
+        if len(v) > SHOWN_VALUES and not any(isinstance(x, Graph) for x in v):
+            return f"[{', '.join(_attr_value(x) for x in v[:SHOWN_VALUES])}, ... {len(v)} values]"
+        return "[" + ", ".join(_attr_value(x) for x in v) + "]"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def _attr(a) -> str:  # noqa: ANN001 - ir.Attribute
+    return f"{a.name}={_attr_value(a.value)}"
+
+
+def _graph_name(g: Graph) -> str:
+    if not g.name:
+        return "(main)"
+    return g.name if _NAME.fullmatch(g.name) else json.dumps(g.name)
 
 
 def print_graph(g: Graph, indent: str = "") -> list[str]:
-    lines = [f"{indent}graph {g.name or '(main)'}(" + ", ".join(_value(v) for v in g.inputs) + ")"]
-    consts = [v for v in g.initializers.values()]
-    if consts:
-        lines.append(f"{indent}  weights: " + ", ".join(_value(v) for v in consts[:16])
-                     + (f", ... {len(consts)} in all" if len(consts) > 16 else ""))
+    lines = [f"{indent}graph {_graph_name(g)}(" + ", ".join(_value(v) for v in g.inputs) + ")"]
+    lines += [f"{indent}  weight {_weight(v)}" for v in g.initializers.values()]
     for n in g.nodes:
         dom = f"{n.domain}." if not n.is_onnx() else ""
         attrs = ", ".join(_attr(a) for a in n.attributes.values())

@@ -14,28 +14,30 @@ from .._rules import FnRule, RewriteContext, RuleSetPass
 
 
 def _merge(n: Node, rc: RewriteContext):  # noqa: ANN202
-    """(x, lo, hi, inner): n clamps the result of another clamp `inner` (used only by n), and
-    the two intervals meet; else why not."""
+    """(x, lo, hi, chain): n and the clamps before it that feed only the next one (as far up as
+    they go with intervals that meet), from x; else why not."""
     c = _clamp(n)
     if c is None:
         return "not a clamp of a float32 x by constants"
-    v, lo, hi = c
-    inner = v.producer
-    outer_of = _clamp(inner) if inner is not None else None
-    if outer_of is None:
-        return "its input is not clamped by another Relu, Clip, Min or Max"
-    if rc.only_use(v) is not n:
-        return f"{v.name} is used elsewhere or is a graph output"
-    x, plo, phi = outer_of
-    lo, hi = max(plo, lo), min(phi, hi)
-    return (x, lo, hi, inner) if lo <= hi else "the two intervals do not meet"
+    x, lo, hi = c
+    chain = [n]
+    while True:
+        inner = x.producer
+        prev = _clamp(inner) if inner is not None else None
+        if prev is None or rc.only_use(x) is not chain[0] or max(prev[1], lo) > min(prev[2], hi):
+            break
+        chain.insert(0, inner)
+        x, lo, hi = prev[0], max(prev[1], lo), min(prev[2], hi)
+    if len(chain) == 1:
+        return "its input is not clamped by another Relu, Clip, Min or Max used only here (with an interval that meets)"
+    return x, lo, hi, chain
 
 
 def _merged(n: Node, found, rc: RewriteContext) -> None:  # noqa: ANN001
-    x, lo, hi, inner = found
+    x, lo, hi, chain = found
     y = n.outputs[0]
-    rc.free([inner, n])
-    rc.replace([inner, n], [_clip_node(rc, x, y, lo, hi, n.name or y.name)])
+    rc.free(chain)
+    rc.replace(chain, [_clip_node(rc, x, y, lo, hi, n.name or y.name)])
 
 
 class FuseClipPass(RuleSetPass):
@@ -44,9 +46,9 @@ class FuseClipPass(RuleSetPass):
         Relu(x) = [0, inf]    Max(x, c) = [c, inf]    Min(x, c) = [-inf, c]    Clip(x, lo, hi)
 
     and clamping to [a, b] then to [c, d] is clamping to [max(a, c), min(b, d)] when that
-    interval is not empty. Rule: two clamps in a row (the first used only by the second) ->
-    Clip(x, lo, hi), or Relu(x) for [0, inf]; driven to a fixed point, a chain of any length
-    becomes one. x float32; c and the Clip bounds constants with one element that add no dims
+    interval is not empty. Rule: a chain of two or more clamps (each intermediate used only by
+    the next) -> Clip(x, lo, hi), or Relu(x) for [0, inf]; matched from its last clamp (the
+    worklist starts from the outputs), so the whole chain is one rewrite. x float32; c and the Clip bounds constants with one element that add no dims
     to x. Exact: the same comparisons, no rounding (Min(Max(x, 0), 6) -> Clip(x, 0, 6);
     Relu(x) then Min(., 6) -> Clip(x, 0, 6)).
     """
@@ -55,7 +57,8 @@ class FuseClipPass(RuleSetPass):
     requires = frozenset()
     establishes = frozenset()
     preserves = REWRITES
-    rounds = ((FnRule("clamps_merged", frozenset({"Relu", "Clip", "Min", "Max"}), _merge, _merged),),)
+    reverse = True
+    rounds = ((FnRule("chains_merged", frozenset({"Relu", "Clip", "Min", "Max"}), _merge, _merged),),)
 
 
 def _clamp(n: Node) -> tuple[Value, float, float] | None:

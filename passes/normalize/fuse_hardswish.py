@@ -57,9 +57,9 @@ def _affine_hardsigmoid(m: Match, rc: RewriteContext, y: Value) -> list[Node]:
 ROUNDS: tuple[tuple[Rule, ...], ...] = (
     (Rule("hardswish", HARD_SWISH, _hardswish, broadcasts_like_x),
      Rule("hardsigmoid", HARD_SIGMOID, _plain_hardsigmoid, broadcasts_like_x),
-     Rule("hardsigmoid", CLIP_01, _affine_hardsigmoid, broadcasts_like_x)),
+     Rule("hardsigmoid_affine", CLIP_01, _affine_hardsigmoid, broadcasts_like_x)),
     # second round: what the first made, and what the exporter wrote, at opsets with HardSwish
-    (Rule("hardswish", X_HARD_SIGMOID, _hardswish, broadcasts_like_x, min_opset=14),),
+    (Rule("hardswish_of_hardsigmoid", X_HARD_SIGMOID, _hardswish, broadcasts_like_x, min_opset=14),),
 )
 
 

@@ -145,7 +145,7 @@ class FuseLayerNormPass(RuleSetPass):
     rounds = ((Rule("LayerNormalization", LAYERNORM, _fused("LayerNormalization"), broadcasts_like_x, 17,
                     _affine(("Mul", "Add"))),
                Rule("RMSNormalization", RMSNORM, _fused("RMSNormalization"), broadcasts_like_x, 23, _affine(("Mul",))),
-               Rule("LayerNormalization", TF_LAYERNORM, _tf_fused, _tf_check, 17)),)
+               Rule("LayerNormalization_tf", TF_LAYERNORM, _tf_fused, _tf_check, 17)),)
 
     def not_applicable(self, model: Model) -> str | None:
         opset = model.onnx_opset

@@ -95,7 +95,7 @@ def _remove(n: Node, x: Value, rc: RewriteContext) -> None:
 
 
 SimplifyReshapePass.rounds = ((FnRule("shapes_made_constant", frozenset({"Reshape"}), _own_shape, _set_shape),
-                               FnRule("reshapes_removed", frozenset({"Reshape"}), _through, _look_past),
+                               FnRule("reshapes_looked_through", frozenset({"Reshape"}), _through, _look_past),
                                FnRule("reshapes_removed", frozenset({"Reshape"}), _noop, _remove)),)
 
 

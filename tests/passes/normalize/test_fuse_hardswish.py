@@ -55,7 +55,7 @@ def test_fuse_affine_clip_into_hardsigmoid(tmp_path, form):
               [helper.make_tensor_value_info("y", TP.FLOAT, [2, 50])], inits, opset=13)
     x = {"x": np.linspace(-5, 5, 100, dtype=np.float32).reshape(2, 50)}
     model, r = _run(FuseHardSwishPass(), m, tmp_path, x, rtol=1e-5, atol=1e-6)
-    assert r.stats["hardsigmoid"] == 1 and _ops(model) == ["HardSigmoid"]
+    assert r.stats["hardsigmoid_affine"] == 1 and _ops(model) == ["HardSigmoid"]
     assert abs(model.graph.nodes[0].attributes["alpha"].value - 0.2) < 1e-7
 
 
