@@ -177,6 +177,9 @@ class VerifyEach(PassInstrument):
                                 "a pass changes the model in place")
         verify(model)
         broken = p.broken_claims(model, pm.ctx)
+        if not result.modified and count_nodes(model) != record.nodes_before:
+            broken.append(f"it said it did not modify the model, and the node count went from "
+                          f"{record.nodes_before} to {count_nodes(model)}")
         if result.modified:
             kept = sorted((pm.properties & set(p.preserves)) - set(p.establishes), key=lambda q: q.value)
             broken += [f"{q.value} (preserved): {v}" for q in kept for v in violations(q, model, pm.ctx)[:5]]
@@ -239,7 +242,8 @@ class PassManager:
         return model, records
 
     def _one(self, p: Pass, model: Model, records: list[PassRecord], done: list[str], it: int) -> bool:
-        before = count_nodes(model)
+        # the count after the last pass stands until a pass changes the model (one walk per change)
+        before = records[-1].nodes_after if records else count_nodes(model)
         for inst in self.instruments:
             inst.before(p, model, self)
         t0 = time.perf_counter()
@@ -252,7 +256,7 @@ class PassManager:
         except Exception as e:
             raise PassError(p.name, done, e) from e
         record = PassRecord(p.name, result.modified, round(time.perf_counter() - t0, 6),
-                            before, count_nodes(model), dict(result.stats), it,
+                            before, count_nodes(model) if result.modified else before, dict(result.stats), it,
                             [dict(d) for d in result.details], list(result.warnings))
         for inst in self.instruments:
             inst.after(p, model, result, record, self)

@@ -109,7 +109,7 @@ def match(pattern: Pattern, root: Node, outputs: set[int]) -> Match | None:
     pattern's nodes and not be a graph output (`outputs`: ids of the graph's outputs), so
     that replacing the pattern loses nothing.
     """
-    if not root.outputs or (isinstance(pattern, Op) and root.op_type != pattern.op_type):
+    if not root.outputs or not _may_match(pattern, root):
         return None
     for s in _match(pattern, root.outputs[0], _State({}, (), ())):
         if not s.nodes or s.nodes[0] is not root:
@@ -121,6 +121,36 @@ def match(pattern: Pattern, root: Node, outputs: set[int]) -> Match | None:
             nodes = [*unique.values(), root]
             return Match(dict(s.bound), nodes, list(s.constants))
     return None
+
+
+def _may_match(p: Pattern, n: Node) -> bool:
+    """A quick look one level deep (the root's op and its operands' producers): False when the
+    pattern cannot match at n, so that the full match runs only where it may (most sites of a
+    common op such as Mul or Add are no candidate for any fusion)."""
+    if isinstance(p, Or):
+        return any(_may_match(a, n) for a in p.alternatives)
+    if not isinstance(p, Op) or n.op_type != p.op_type:
+        return False
+    ins = n._inputs
+    if len(ins) < len(p.inputs):
+        return False
+    if p.op_type in _COMMUTATIVE and len(p.inputs) == 2 and len(ins) == 2:
+        a, b = p.inputs
+        return (_may_be(a, ins[0]) and _may_be(b, ins[1])) or (_may_be(b, ins[0]) and _may_be(a, ins[1]))
+    return all(_may_be(q, v) for q, v in zip(p.inputs, ins))
+
+
+def _may_be(p: Pattern, v: Value | None) -> bool:
+    if v is None:
+        return False
+    if isinstance(p, Op):
+        n = v.producer
+        return n is not None and n.op_type == p.op_type
+    if isinstance(p, Or):
+        return any(_may_be(a, v) for a in p.alternatives)
+    if isinstance(p, Const):
+        return v.const is not None
+    return True
 
 
 def _match(p: Pattern, v: Value | None, s: _State, at: str = "the root",

@@ -292,6 +292,15 @@ def test_onnx_output_is_load_checked_and_the_runtime_names_a_bad_mcpir(tmp_path)
         runtime.MCPIRModel(tmp_path / "m.mcpir")
 
 
+def test_a_repository_entry_is_load_checked(tmp_path):
+    """The triton target's load check (a session from the IR it just wrote, and the file's header):
+    an entry onnxruntime refuses is never written."""
+    model = _add_float_int(tmp_path / "addmix.onnx")
+    r = _cli("convert", str(model), "-t", T, "-o", str(tmp_path / "repo"), "--no-check")
+    _one_error(r, 1, "does not load in the serving runtime")
+    assert not (tmp_path / "repo").exists()
+
+
 # -- fuzz: mutated golden models through inspect and convert ------------------------------------------
 
 GOLDEN_MODELS = sorted(p for p in GOLDEN.glob("*/model.onnx"))

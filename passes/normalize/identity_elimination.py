@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
-from mcp_compiler.ir import Node, TensorType, Value
+from mcp_compiler.ir import DataType, Node, TensorType, Value
 
 from .. import _rewrite as R
 from .._infra import ALL, Property
@@ -128,6 +130,8 @@ def _kept_operand(n: Node) -> Value | None:
         return None
     element, commutes = _NEUTRAL[n.op_type]
     for x, c in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0]))[:2 if commutes else 1]:
+        if _other_scalar(c, element):
+            continue
         a = R.const(c)
         shape = R.shape(x)
         if a is None or shape is None or a.ndim > len(shape) or a.size == 0 or not (a == element).all():
@@ -137,6 +141,16 @@ def _kept_operand(n: Node) -> Value | None:
         if all(d == 1 or d == shape[len(shape) - a.ndim + i] for i, d in enumerate(a.shape)):
             return x
     return None
+
+
+def _other_scalar(c: Value, element: int) -> bool:
+    """c is a float32 constant of one element that is not `element` (read from its 4 bytes: most
+    Muls and Adds of a network are by such a constant, and none of them is a no-op)."""
+    t = c.const
+    if t is None or getattr(t, "dtype", None) != DataType.FLOAT or len(t.dims) > 1 or (t.dims and t.dims[0] != 1):
+        return False
+    v = struct.unpack("<f", t.raw)[0]
+    return v != element
 
 
 TO_THE_END = 2**31 - 1
