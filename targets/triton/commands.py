@@ -115,7 +115,10 @@ def serve(
             failed = False
         finally:
             # the temporary folder goes, unless an error names the log in it
+            relay = server.relay
             server.close(keep_log=failed and server.log_path.exists() and server.proc is not None)
+            if relay is not None:
+                sys.stderr.write(relay.summary() + "\n")
 
     run(rep, debug, body)
 
@@ -173,6 +176,9 @@ def _serving(rep, server, repository: Path, notes: list[str], models: list[dict]
         t = server.trace
         rep.out.print(f"  traces   {t.otlp or t.file} (one request in {t.rate}, {t.level}; the runtime's spans "
                       f"{'to the same collector' if t.otlp else f'in {t.file}.runtime.jsonl'})", markup=False)
+        if server.relay is not None:
+            rep.out.print(f"           through a local relay: a slow or dead collector drops spans, never requests "
+                          f"(counts: {server.relay.metrics_url}, and at exit)", markup=False)
     for m in models:
         rep.out.print(f"  model {_model_line(m)}", markup=False)
     if mode == "explicit":

@@ -123,26 +123,27 @@ class Trace:
             url = url.rstrip("/") + "/v1/traces"
         return cls(otlp=url, rate=rate, level=level.upper())
 
-    def args(self) -> list[str]:
-        """Triton's own trace settings: OpenTelemetry mode to the collector, or Triton's JSON file."""
+    def args(self, via: str | None = None) -> list[str]:
+        """Triton's own trace settings: OpenTelemetry mode to the collector (or to `via`, the local
+        relay that forwards to it), or Triton's JSON file."""
         from mcp_compiler import __version__
 
         common = ["--trace-config", f"rate={self.rate}", "--trace-config", f"level={self.level}"]
         if self.otlp:
             return ["--trace-config", "mode=opentelemetry", *common,
-                    "--trace-config", f"opentelemetry,url={self.otlp}",
+                    "--trace-config", f"opentelemetry,url={via or self.otlp}",
                     "--trace-config", "opentelemetry,resource=service.name=mcp-cli",
                     "--trace-config", f"opentelemetry,resource=mcp_cli.version={__version__}"]
         return ["--trace-config", "mode=triton", *common, "--trace-config", f"triton,file={self.file}",
                 "--trace-config", "triton,log-frequency=1"]
 
-    def env(self) -> dict[str, str]:
+    def env(self, via: str | None = None) -> dict[str, str]:
         """What the runtime in each stub reads (mcp_runtime.telemetry)."""
         from mcp_compiler import __version__
 
         out = {"MCP_CLI_VERSION": __version__, "MCP_TRACE_SERVICE": "mcp-cli"}
         if self.otlp:
-            out["MCP_TRACE_OTLP"] = self.otlp
+            out["MCP_TRACE_OTLP"] = via or self.otlp
         else:
             out["MCP_TRACE_FILE"] = str(self.file)
             out["MCP_TRACE_RATE"] = str(self.rate)
@@ -172,7 +173,8 @@ class TritonServer:
         self.load_all = load_all
         self.http_port, self.grpc_port, self.metrics_port = http_port or None, grpc_port or None, metrics_port or None
         self.trace = trace
-        self.extra_args = [*(trace.args() if trace else []), *(extra_args or [])]
+        self.relay = None   # the local OTLP relay to the collector (trace_relay), while serving
+        self.extra_args = list(extra_args or [])
         self.startup_timeout = startup_timeout
         self.proc: subprocess.Popen | None = None
         self._tmp = Path(tempfile.mkdtemp(prefix="mcp-triton-"))
@@ -209,10 +211,30 @@ class TritonServer:
         for k in ("MCP_TRACE_OTLP", "MCP_TRACE_FILE", "MCP_TRACE_RATE"):   # only what this server was asked to trace
             env.pop(k, None)
         if self.trace:
-            env.update(self.trace.env())
+            env.update(self.trace.env(self.relay.url if self.relay else None))
         return env
 
+    def _trace_args(self) -> list[str]:
+        """Triton's trace flags; spans for a collector go through a local relay (trace_relay) that
+        answers at once and forwards, so that a slow or dead collector costs no request."""
+        if self.trace is None:
+            return []
+        if self.trace.otlp and self.relay is None:
+            from .trace_relay import TraceRelay
+
+            self.relay = TraceRelay(self.trace.otlp).start()
+        return self.trace.args(self.relay.url if self.relay else None)
+
     def start(self) -> TritonServer:
+        try:
+            return self._start()
+        except BaseException:
+            if self.relay is not None:   # a server that never started leaves no relay behind
+                self.relay.close(drain=0)
+                self.relay = None
+            raise
+
+    def _start(self) -> TritonServer:
         inst = find_triton()
         backends = self._backend_dir(inst)
         given = {flag: port for flag, port in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
@@ -235,7 +257,7 @@ class TritonServer:
                     f"--metrics-address={HOST}", f"--metrics-port={metrics}",
                     "--exit-timeout-secs=5", "--allow-gpu-metrics=false",
                     "--pinned-memory-pool-byte-size=0", "--cuda-memory-pool-byte-size=0:0",
-                    *self.extra_args]
+                    *self._trace_args(), *self.extra_args]
             log = open(self.log_path, "ab")
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self._env(),
                                          preexec_fn=_die_with_parent, start_new_session=True)
@@ -310,6 +332,8 @@ class TritonServer:
         """Stop the server and remove its temporary folder (backend links, log), unless
         keep_log (when a failure message names the log)."""
         self.stop()
+        if self.relay is not None:
+            self.relay.close()
         if not keep_log:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
