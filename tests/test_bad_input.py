@@ -224,3 +224,25 @@ def test_random_bytes_with_identifier(tmp_path):
         p = tmp_path / f"r{i}.mcpir"
         p.write_bytes(bytes(data))
         _inspect_fails(p, "r")
+
+
+def test_an_ir3_models_initializer_inputs_are_constants(tmp_path):
+    """Before IR 4 every initializer was also listed as an input; onnxruntime does not let a caller
+    feed them, and neither does the import: they are plain initializers, the model IR 4."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from mcp_compiler.frontend import load_onnx
+
+    w = numpy_helper.from_array(np.ones((2,), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+                           helper.make_tensor_value_info("w", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 8)])
+    m.ir_version = 3
+    onnx.save(m, tmp_path / "m.onnx")
+    model = load_onnx(tmp_path / "m.onnx").model
+    assert [v.name for v in model.graph.inputs] == ["x"] and "w" in model.graph.initializers
+    assert model.ir_version == 4

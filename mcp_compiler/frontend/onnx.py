@@ -307,6 +307,8 @@ class _Importer:
             model_version=p.model_version, doc_string=_doc(p.doc_string), metadata_props=_props(p.metadata_props),
         )
         m.functions = [self.function(f) for f in p.functions]
+        if m.ir_version < 4:
+            _constant_defaults(m)
         return m
 
     def function(self, f: onnx.FunctionProto) -> Function:
@@ -495,6 +497,18 @@ class _Importer:
 # enum lookups by value (calling the Enum class costs microseconds per value: a second at 100k nodes)
 _DTYPES = {int(d): d for d in DataType}
 _ATTR_TYPES = {int(a): a for a in AttrType}
+
+
+def _constant_defaults(m: Model) -> None:
+    """Before IR version 4 every initializer had to be listed as a graph input too, and such an
+    input is not one a caller may feed (onnxruntime's reading: overridable only from IR 4 on).
+    They become plain initializers, and the model IR 4 (which allows initializers that are not
+    inputs): the passes may fold them like any constant, and the interface lists what a caller
+    gives."""
+    g = m.graph
+    if any(v.const is not None for v in g.inputs):
+        g.inputs = [v for v in g.inputs if v.const is None]
+    m.ir_version = 4
 
 
 def _dim(d: onnx.TensorShapeProto.Dimension):  # noqa: ANN202

@@ -39,6 +39,10 @@ def test_constant_to_initializer_keeps_graph_outputs_and_old_ir(tmp_path):
     g = helper.make_graph([helper.make_node("Constant", [], ["c"], value=one),
                            helper.make_node("Neg", ["c"], ["y"])], "g", [],
                           [helper.make_tensor_value_info("y", F, [])])
+    # an IR 3 model is read as IR 4 (its initializers are not inputs a caller may feed): it moves too
     _, model = _load(tmp_path, g, opset=9, ir_version=3)
+    assert model.ir_version == 4
     r = _run(ConstantToInitializerPass(), model)
-    assert not r.modified and r.stats == {"skipped_ir_version_below_4": 1}
+    assert r.modified and r.stats == {"constants_moved": 1}
+    model.ir_version = 3   # built in memory as IR 3: initializers would have to be inputs
+    assert _run(ConstantToInitializerPass(), model).stats == {"skipped_ir_version_below_4": 1}
