@@ -58,15 +58,21 @@ def _set_shape(n: Node, shape: np.ndarray, rc: RewriteContext) -> None:
     rc.set_input(n, 1, rc.constant(f"{n.name or 'reshape'}_shape", shape))
 
 
-def _through(n: Node, rc: RewriteContext):  # noqa: ANN202
+def _constant_target(n: Node):  # noqa: ANN202
+    """(x, the target shape) of a Reshape whose target is a constant; else why not."""
     why = _reshape(n)
     if why is not None:
         return why
     x, s = n.inputs
     shape = R.const(s)
-    if shape is None:
-        return "its shape is not a constant"
-    x, shape, through = _look_through(n, x, shape, rc.outputs)
+    return (x, shape) if shape is not None else "its shape is not a constant"
+
+
+def _through(n: Node, rc: RewriteContext):  # noqa: ANN202
+    target = _constant_target(n)
+    if isinstance(target, str):
+        return target
+    x, shape, through = _look_through(n, *target, rc.outputs)
     return (x, shape, through) if through is not None else \
         "its input is not a single-use Reshape, or a Transpose that only moves dims of 1"
 
@@ -79,12 +85,11 @@ def _look_past(n: Node, found, rc: RewriteContext) -> None:  # noqa: ANN001
 
 
 def _noop(n: Node, rc: RewriteContext):  # noqa: ANN202
-    why = _reshape(n)
-    if why is not None:
-        return why
-    x, s = n.inputs
-    shape = R.const(s)
-    if shape is None or not _same_static_shape(x, shape):
+    target = _constant_target(n)
+    if isinstance(target, str):
+        return target
+    x, shape = target
+    if not _same_static_shape(x, shape):
         return "x's shape is not known to be the target already"
     return "its result is a graph output" if rc.is_output(n.outputs[0]) else x
 
