@@ -44,6 +44,7 @@ class PipelineOptions:
     layout: str = "nchw"                 # --layout
     print_ir_after: set[str] = field(default_factory=set)   # --print-ir-after NAME (or "all")
     explain: set[str] = field(default_factory=set)          # --explain-pass NAME: why rules did not fire
+    time_passes: bool = False            # --time-passes: each pass's time to stderr
 
 
 @dataclass
@@ -147,9 +148,9 @@ class CompileOptions:
             raise UsageError("--accuracy-budget and --calibration-data need --quantize int4|fp8")
         if p.disabled and not self.has_pipeline:
             raise UsageError("--disable-pass needs a pipeline: give --target, --passes, --quantize or --opset")
-        if (p.print_ir_after or p.explain) and not self.has_pipeline:
-            raise UsageError("--print-ir-after and --explain-pass need a pipeline: give --target, --passes, "
-                             "--quantize or --opset")
+        if (p.print_ir_after or p.explain or p.time_passes) and not self.has_pipeline:
+            raise UsageError("--print-ir-after, --explain-pass and --time-passes need a pipeline: give --target, "
+                             "--passes, --quantize or --opset")
         if self.quantize is not None:
             self.quantize.validate()
         return self

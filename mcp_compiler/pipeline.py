@@ -80,7 +80,7 @@ def build(target=None, options: PipelineOptions | None = None,  # noqa: ANN001 -
     steps = named_pipeline(o.passes) if o.passes else default_pipeline(target, quantize, o.opset, o.layout)
     ctx = PassContext(verify_each=o.verify_each, disabled=set(o.disabled), target=target,
                       quantize=quantize, calibration=calibration, min_opset=o.opset,
-                      print_ir_after=set(o.print_ir_after), explain=set(o.explain))
+                      print_ir_after=set(o.print_ir_after), explain=set(o.explain), time_passes=o.time_passes)
     if o.fold_size_limit is not None:
         ctx.fold_size_limit = o.fold_size_limit
     return PassManager(steps, ctx)

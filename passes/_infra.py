@@ -81,6 +81,7 @@ class PassContext:
     min_opset: int | None = None     # upgrade-opset: the ai.onnx opset to raise the model to
     print_ir_after: set[str] = field(default_factory=set)   # pass names (or "all"): IR to the log
     explain: set[str] = field(default_factory=set)          # rule passes that list why sites did not fire
+    time_passes: bool = False        # --time-passes: each pass's time, slowest first, after the pipeline
 
 
 class Pass(abc.ABC):
@@ -141,6 +142,36 @@ class PassInstrument:
     def after(self, p: Pass, model: Model, result: PassResult, record: PassRecord,
               pm: PassManager) -> None:
         """Called after `p` ran; `pm.properties` still holds what was known before it."""
+
+    def finish(self, model: Model, records: list[PassRecord], pm: PassManager) -> None:
+        """Called once the pipeline has run."""
+
+
+class TimePasses(PassInstrument):
+    """--time-passes (LLVM's -time-passes): each pass's wall time over the pipeline, summed over
+    its runs, slowest first, to `sink` (default: the mcp_compiler.ir logger, stderr). The time is
+    the pass's own: measured around `run`, not the other instruments."""
+
+    def __init__(self, sink: Any = None) -> None:
+        self.sink = sink
+        self.totals: dict[str, list[float]] = {}
+
+    def after(self, p: Pass, model: Model, result: PassResult, record: PassRecord, pm: PassManager) -> None:
+        self.totals.setdefault(p.name, []).append(record.seconds)
+
+    def report(self) -> str:
+        total = sum(sum(t) for t in self.totals.values()) or 1e-12
+        rows = sorted(self.totals.items(), key=lambda kv: -sum(kv[1]))
+        lines = [f"// pass times: {total:.3f} s in {sum(len(t) for t in self.totals.values())} runs",
+                 f"//   {'seconds':>8} {'share':>6} {'runs':>4}  pass"]
+        lines += [f"//   {sum(t):8.3f} {100 * sum(t) / total:5.1f}% {len(t):4d}  {name}" for name, t in rows]
+        return "\n".join(lines)
+
+    def finish(self, model: Model, records: list[PassRecord], pm: PassManager) -> None:
+        if self.sink is None:
+            _IR_LOG.info("%s", self.report())
+        else:
+            self.sink(self.report())
 
 
 class PrintIR(PassInstrument):
@@ -203,6 +234,8 @@ class PassManager:
             self.instruments.append(VerifyEach())
         if self.ctx.print_ir_after and not any(isinstance(i, PrintIR) for i in self.instruments):
             self.instruments.append(PrintIR(self.ctx.print_ir_after))
+        if self.ctx.time_passes and not any(isinstance(i, TimePasses) for i in self.instruments):
+            self.instruments.append(TimePasses())
         self.steps = [s for s in steps if not (isinstance(s, Pass) and s.name in self.ctx.disabled)]
         for s in self.steps:
             if isinstance(s, Repeat):
@@ -239,6 +272,8 @@ class PassManager:
             for it in range(step.max_steps):
                 if not any([self._one(p, model, records, done, it) for p in step.passes]):
                     break
+        for inst in self.instruments:
+            inst.finish(model, records, self)
         return model, records
 
     def _one(self, p: Pass, model: Model, records: list[PassRecord], done: list[str], it: int) -> bool:

@@ -42,6 +42,7 @@ class RewriteContext:
         self.model, self.graph = model, graph
         self.outputs = {id(v) for v in graph.outputs}
         self.toposort = False        # a rule moved nodes: the driver re-sorts the graph at the end
+        self.applied = 0             # rewrites made through this context (the driver counts them)
         self.memo: dict[str, Any] = {}   # what rules compute once per graph and run
         self._names: set[str] | None = None
         self._push = push or (lambda n: None)
@@ -146,9 +147,14 @@ class RewriteContext:
                 self._push(v.producer)   # it lost a user: a single-use rule may fire now
 
     def finish(self) -> bool:
-        """The graph's node list with the rewrites in place; whether anything changed."""
+        """The graph's node list with the rewrites in place (re-sorted when a rule moved nodes);
+        whether anything changed."""
         if not self._new and not self._dead:
-            return False
+            if self.toposort:   # rules that only rewired nodes (a transpose moved below its user)
+                from .layout.to_nhwc import toposort
+
+                toposort(self.graph)
+            return self.applied > 0
         for v in self._touched.values():
             v.uses = [(u, j) for u, j in v.uses if id(u) not in self._dead]
 
@@ -352,6 +358,7 @@ class RuleSetPass(Pass):
                     return
                 budget -= 1
                 rule.apply(n, found, rc)
+                rc.applied += 1
                 fired[rule.name] += 1
                 break
 

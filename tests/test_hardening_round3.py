@@ -301,6 +301,20 @@ def test_a_repository_entry_is_load_checked(tmp_path):
     assert not (tmp_path / "repo").exists()
 
 
+def test_the_load_check_refuses_what_the_runtimes_reader_would(tmp_path):
+    """onnxruntime sorts a node list itself; the serving runtime's reader does not: a graph out of
+    topological order (a pass bug) is stopped by the load check, not found at serve time."""
+    from mcp_compiler.errors import LoadCheckError
+    from mcp_compiler.frontend import load_onnx
+    from mcp_compiler.targets.triton.emit import _check_ir
+
+    model = load_onnx(MLP).model
+    _check_ir(model)
+    model.graph.nodes.reverse()
+    with pytest.raises(LoadCheckError, match="does not load in the serving runtime: .*not defined before"):
+        _check_ir(model)
+
+
 # -- fuzz: mutated golden models through inspect and convert ------------------------------------------
 
 GOLDEN_MODELS = sorted(p for p in GOLDEN.glob("*/model.onnx"))

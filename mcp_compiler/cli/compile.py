@@ -46,6 +46,8 @@ VerifyEachOpt = _opt(False, "--verify-each", panel=PIPE,
                      help="After every pass: check the IR's invariants and what the pass claims to establish.")
 PrintIrOpt = _opt(None, "--print-ir-after", panel=PIPE, metavar="NAME|all",
                   help="Print the IR (one line per node) to stderr after this pass (repeatable).")
+TimePassesOpt = _opt(False, "--time-passes", panel=PIPE,
+                     help="After the pipeline: each pass's wall time (summed over its runs), slowest first, to stderr.")
 ExplainOpt = _opt(None, "--explain-pass", panel=PIPE, metavar="NAME",
                   help="List why candidate sites of this rewrite pass did not fire (repeatable).")
 OpsetOpt = _opt(None, "--opset", panel=PIPE, help="Raise the model's ai.onnx opset to this first (onnx version "
@@ -159,7 +161,8 @@ def convert(
     check: bool = CheckOnnxOpt, infer_shapes: bool = InferOpt,
     passes: Optional[str] = PassesOpt, disable_pass: Optional[list[str]] = DisableOpt,
     verify_each: bool = VerifyEachOpt, print_ir_after: Optional[list[str]] = PrintIrOpt,
-    explain_pass: Optional[list[str]] = ExplainOpt, opset: Optional[int] = OpsetOpt,
+    explain_pass: Optional[list[str]] = ExplainOpt, time_passes: bool = TimePassesOpt,
+    opset: Optional[int] = OpsetOpt,
     fold_size_limit: Optional[float] = FoldOpt, layout: str = LayoutOpt,
     quantize: Optional[str] = QuantOpt, group_size: int = GroupOpt, symmetric: bool = SymOpt,
     int4_method: str = Int4MethodOpt, int4_format: str = Int4FmtOpt, int4_accuracy_level: int = Int4AccOpt, fp8_format: str = Fp8FmtOpt,
@@ -184,7 +187,7 @@ def convert(
 
         path = one_model(model, input)
         options = compile_options(flags)
-        if print_ir_after:
+        if print_ir_after or time_passes:
             _ir_to_stderr()
         if report is not None:
             check_output(report, "--report", force=bool(flags["force"]), inputs=(path, output or None))
@@ -230,7 +233,7 @@ def compile_options(f: dict[str, Any]):  # noqa: ANN201 - options.CompileOptions
             disabled=set(f["disable_pass"] or ()), verify_each=f["verify_each"], opset=f["opset"],
             fold_size_limit=None if fold is None else int(fold * 2**20),
             layout=str(f["layout"]), print_ir_after=set(f["print_ir_after"] or ()),
-            explain=set(f["explain_pass"] or ())),
+            explain=set(f["explain_pass"] or ()), time_passes=bool(f.get("time_passes"))),
         quantize=_quantize(f),
         accuracy=AccuracyOptions(calibration_data=_str(f["calibration_data"]),
                                  budget=parse_budget(f["accuracy_budget"]), samples=f["accuracy_samples"],

@@ -113,6 +113,7 @@ def load_check(model: Model, vdir: Path, backend: str) -> None:
         import onnxruntime as ort
 
         _check_header(vdir / "model.mcpir")
+        _check_ir(model)
         so = quiet_options(prepack=False)
         # loading is what is checked: resolving the graph and its kernels, not optimizing it
         # (a quarter of the session's time at 50k nodes)
@@ -123,6 +124,19 @@ def load_check(model: Model, vdir: Path, backend: str) -> None:
 
         check(lambda: ort.InferenceSession(str(vdir / "model.onnx"), quiet_options(prepack=False),
                                            providers=["CPUExecutionProvider"]), "onnxruntime")
+
+
+def _check_ir(model: Model) -> None:
+    """What the runtime's reader refuses and onnxruntime does not (it sorts nodes itself): a node
+    list out of topological order, a value used before it is defined, a name defined twice."""
+    from mcp_compiler.errors import LoadCheckError
+    from mcp_compiler.ir.verify import IRVerificationError, verify
+
+    try:
+        verify(model)
+    except IRVerificationError as e:
+        raise LoadCheckError(f"the emitted model does not load in the serving runtime: {e} "
+                             "(--no-load-check skips this check)") from None
 
 
 def _check_header(path: Path) -> None:

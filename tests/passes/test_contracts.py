@@ -221,3 +221,30 @@ def test_identity_elimination_explains_its_sites(tmp_path):
     model = load_onnx(path).model
     r = IdentityEliminationPass().run(model, PassContext(explain={"identity-elimination"}))
     assert r.stats["not_fired"] == [{"node": "cast", "op": "Cast", "why": ["nodes_removed: not a no-op"]}]
+
+
+def test_time_passes_is_an_instrument(tmp_path):
+    from mcp_compiler.passes._infra import TimePasses
+
+    model = load_onnx(_mlp(tmp_path)).model
+    got = []
+    pm = PassManager([DeadCodeEliminationPass(), SymbolicShapesPass(), DeadCodeEliminationPass()],
+                     instruments=[TimePasses(sink=got.append)])
+    _, records = pm.run(model)
+    [text] = got
+    assert text.startswith("// pass times: ") and f"in {len(records)} runs" in text
+    dce = next(ln for ln in text.splitlines() if ln.endswith("dead-code-elimination"))
+    assert dce.split()[3] == "2"   # two runs, summed
+
+
+def test_time_passes_flag(tmp_path):
+    from typer.testing import CliRunner
+
+    from mcp_compiler.cli import app
+
+    r = CliRunner().invoke(app, ["convert", str(_mlp(tmp_path)), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
+                                 "--time-passes"])
+    assert r.exit_code == 0, r.output
+    assert "// pass times:" in r.stderr and "infer-shapes" in r.stderr
+    r = CliRunner().invoke(app, ["convert", str(_mlp(tmp_path)), "-o", str(tmp_path / "m.mcpir"), "--time-passes"])
+    assert r.exit_code == 2 and "--time-passes need a pipeline" in r.stderr
