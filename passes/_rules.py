@@ -48,7 +48,7 @@ class RewriteContext:
         self._push = push or (lambda n: None)
         self._new: dict[int, list[Node]] = {}   # node -> the nodes that take its place
         self._dead: set[int] = set()
-        self._touched: dict[int, Value] = {}    # values whose use lists still name dead nodes
+        self._deferred: list[Node] = []         # dead nodes still listed as users of a widely used value
 
     # names and constants -------------------------------------------------------------------
     @property
@@ -139,7 +139,8 @@ class RewriteContext:
             if v is None:
                 continue
             if len(v.uses) > _MANY_USES:
-                self._touched[id(v)] = v
+                if not self._deferred or self._deferred[-1] is not n:
+                    self._deferred.append(n)
                 continue
             v.uses = [(u, j) for u, j in v.uses if u is not n]
             n._inputs[i] = None
@@ -155,8 +156,12 @@ class RewriteContext:
 
                 toposort(self.graph)
             return self.applied > 0
-        for v in self._touched.values():
+        # a dead node's remaining inputs (an edit may have moved one to another value since)
+        touched = {id(v): v for n in self._deferred for v in n._inputs if v is not None}
+        for v in touched.values():
             v.uses = [(u, j) for u, j in v.uses if id(u) not in self._dead]
+        for n in self._deferred:
+            n._inputs = [None] * len(n._inputs)
 
         def place(n: Node, out: list[Node]) -> None:
             for m in self._new.get(id(n), ()):

@@ -57,3 +57,36 @@ def test_broadcast_check_counts_constant_ranks():
     m.set_input(0, _const("half2", [[0.5]]))
     got = match(Op("Add", Op("Mul", Var("x"), Const(0.5)), Op("Neg", Var("x"))), a, set())
     assert got is not None and not got.broadcasts_like(x)   # a [1, 1] constant could add dims
+
+
+def test_a_widely_shared_constant_keeps_exact_use_lists():
+    """40 chains Relu -> Min(., six) -> Max(., zero) share `six` and `zero` (more users than the
+    driver unlinks one by one): after fuse-clip their use lists name exactly the live nodes (the
+    global VerifyEach checks use lists too)."""
+    import numpy as np
+
+    from mcp_compiler.ir import Graph, Model, Node, Tensor, TensorType, Value
+    from mcp_compiler.ir.types import DataType
+    from mcp_compiler.passes import PassManager
+    from mcp_compiler.passes.normalize import FuseClipPass, IdentityEliminationPass
+
+    g = Graph("g")
+    t = TensorType(DataType.FLOAT, (2,))
+    x = Value("x", t)
+    g.inputs.append(x)
+    consts = {}
+    for name, v in (("six", 6.0), ("zero", 0.0)):
+        consts[name] = Value(name, TensorType(DataType.FLOAT, ()), const=Tensor.from_numpy(name, np.array(v, np.float32)))
+        g.initializers[name] = consts[name]
+    for i in range(40):
+        r, m, y = Value(f"r{i}", t), Value(f"m{i}", t), Value(f"y{i}", t)
+        g.nodes += [Node("Relu", [x], [r], name=f"relu{i}"), Node("Min", [r, consts["six"]], [m], name=f"min{i}"),
+                    Node("Max", [m, consts["zero"]], [y], name=f"max{i}")]
+        g.outputs.append(y)
+    model = Model(g, {"": 17})
+    _, records = PassManager([FuseClipPass(), IdentityEliminationPass()]).run(model)
+    assert records[0].stats["chains_merged"] == 40 and len(g.nodes) == 40
+    live = {id(n) for n in g.nodes}
+    for v in consts.values():
+        assert all(id(u) in live for u, _ in v.uses), v.name
+    assert all(n.op_type == "Clip" for n in g.nodes)
