@@ -37,6 +37,7 @@ def _graph(g: Graph, outer: list[set[int]], where: str = "graph") -> None:
         if id(v) not in defined:
             define(v)
     scopes = [*outer, defined]
+    use_sets: dict[int, set[tuple[int, int]]] = {}
     for n in g.nodes:
         for i, v in enumerate(n.inputs):
             if v is None:
@@ -44,7 +45,7 @@ def _graph(g: Graph, outer: list[set[int]], where: str = "graph") -> None:
             if not any(id(v) in s for s in scopes):
                 raise IRVerificationError(f"{where} {g.name!r}: node {n.name or n.op_type!r} input "
                                           f"{v.name!r} is not defined before it")
-            if (n, i) not in v.uses:
+            if (id(n), i) not in _uses(v, use_sets):
                 raise IRVerificationError(f"{where}: use list of {v.name!r} misses {n.op_type} input {i}")
         for sub in n.subgraphs():
             _graph(sub, scopes, where=f"{where}/{n.name or n.op_type}")
@@ -60,3 +61,12 @@ def _graph(g: Graph, outer: list[set[int]], where: str = "graph") -> None:
             for user, idx in o.uses:
                 if user.inputs[idx] is not o:
                     raise IRVerificationError(f"{where}: stale use of {o.name!r} by {user.op_type}")
+
+
+def _uses(v: Value, cache: dict[int, set[tuple[int, int]]]) -> set[tuple[int, int]]:
+    """v's uses as a set (a weight shared by every layer has thousands: a scan per input of the
+    list would make the check quadratic)."""
+    got = cache.get(id(v))
+    if got is None:
+        got = cache[id(v)] = {(id(u), j) for u, j in v.uses}
+    return got
