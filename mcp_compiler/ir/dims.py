@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Union
 
@@ -28,17 +30,28 @@ class ShapeExpr:
         return [s for side in (self.lhs, self.rhs) for s in dim_symbols(side)]
 
     def __str__(self) -> str:
-        sym = BINARY_OPS[self.op]
-        if sym.isalpha():
-            return f"{sym}({_fmt(self.lhs)}, {_fmt(self.rhs)})"
-        return f"({_fmt(self.lhs)} {sym} {_fmt(self.rhs)})"
+        return format_dim(self)
 
 
 Dim = Union[int, str, ShapeExpr, None]
 
 
-def _fmt(d: Dim) -> str:
-    return "?" if d is None else str(d)
+PLAIN_NAME = re.compile(r"[A-Za-z_][\w.]*")   # a symbol or graph name printed as is
+
+
+def format_dim(d: Dim, quote: bool = False) -> str:
+    """A dim as text: an int, a symbol, `(a op b)` or `max(a, b)`, `?` when unknown. With `quote`,
+    a symbol that is not a plain name is quoted (exporters write symbols such as
+    "floor(height/2 - 1/2) + 1"), so that the IR parser reads the text back."""
+    if d is None:
+        return "?"
+    if isinstance(d, ShapeExpr):
+        sym = BINARY_OPS[d.op]
+        lhs, rhs = format_dim(d.lhs, quote), format_dim(d.rhs, quote)
+        return f"{sym}({lhs}, {rhs})" if sym.isalpha() else f"({lhs} {sym} {rhs})"
+    if quote and isinstance(d, str) and not PLAIN_NAME.fullmatch(d):
+        return json.dumps(d)
+    return str(d)
 
 
 def dim_symbols(d: Dim) -> list[str]:
@@ -50,7 +63,7 @@ def dim_symbols(d: Dim) -> list[str]:
     return []
 
 
-def format_shape(shape: tuple[Dim, ...] | None) -> str:
+def format_shape(shape: tuple[Dim, ...] | None, quote: bool = False) -> str:
     if shape is None:
         return "[*]"
-    return "[" + ", ".join(_fmt(d) for d in shape) + "]"
+    return "[" + ", ".join(format_dim(d, quote) for d in shape) + "]"

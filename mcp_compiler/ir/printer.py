@@ -17,36 +17,15 @@ its node).
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 
-from .dims import BINARY_OPS, Dim, ShapeExpr
+from .dims import PLAIN_NAME, format_shape
 from .graph import Graph, Model, Value
 from .tensor import Tensor
 from .types import DataType, TensorType
 
 SHOWN_VALUES = 8   # weights (and tensor attributes) of at most this many elements show their values
-
-
-def _dim(d: Dim) -> str:
-    """A dim as the parser reads it back: a symbol that is not a plain name is quoted (exporters
-    write symbols such as "floor(height/2 - 1/2) + 1")."""
-    if d is None:
-        return "?"
-    if isinstance(d, ShapeExpr):
-        sym = BINARY_OPS[d.op]
-        return f"{sym}({_dim(d.lhs)}, {_dim(d.rhs)})" if sym.isalpha() else f"({_dim(d.lhs)} {sym} {_dim(d.rhs)})"
-    if isinstance(d, str) and not _NAME.fullmatch(d):
-        return json.dumps(d)
-    return str(d)
-
-
-def format_shape(shape: tuple[Dim, ...] | None) -> str:
-    return "[*]" if shape is None else "[" + ", ".join(_dim(d) for d in shape) + "]"
-
-
-_NAME = re.compile(r"[A-Za-z_][\w.]*")
 
 
 def _value(v: Value | None) -> str:
@@ -57,7 +36,7 @@ def _value(v: Value | None) -> str:
     if c is not None and hasattr(c, "dims"):
         return f"%{v.name}: {DataType(c.dtype).name.lower()}[{', '.join(map(str, c.dims))}]"
     if isinstance(t, TensorType):
-        return f"%{v.name}: {DataType(t.elem_type).name.lower()}{format_shape(t.shape)}"
+        return f"%{v.name}: {DataType(t.elem_type).name.lower()}{format_shape(t.shape, quote=True)}"
     return f"%{v.name}"
 
 
@@ -115,7 +94,7 @@ def _attr(a) -> str:  # noqa: ANN001 - ir.Attribute
 def _graph_name(g: Graph) -> str:
     if not g.name:
         return "(main)"
-    return g.name if _NAME.fullmatch(g.name) else json.dumps(g.name)
+    return g.name if PLAIN_NAME.fullmatch(g.name) else json.dumps(g.name)
 
 
 def print_graph(g: Graph, indent: str = "") -> list[str]:
