@@ -18,7 +18,7 @@ rule fires after it ran (`--verify-each`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -53,13 +53,10 @@ class RewriteContext:
     # names and constants -------------------------------------------------------------------
     @property
     def names(self) -> set[str]:
-        """The graph's value names (computed once per run; `fresh` and `constant` keep it current)."""
+        """The graph's value names (computed once per run; `constant` keeps it current)."""
         if self._names is None:
             self._names = R.value_names(self.graph)
         return self._names
-
-    def fresh(self, base: str) -> str:
-        return R.fresh_name(self.names, base)
 
     def constant(self, base: str, array: np.ndarray) -> Value:
         """A new initializer holding `array`, named `base` or `base_1`, ..."""
@@ -150,12 +147,15 @@ class RewriteContext:
     def finish(self) -> bool:
         """The graph's node list with the rewrites in place (re-sorted when a rule moved nodes);
         whether anything changed."""
-        if not self._new and not self._dead:
-            if self.toposort:   # rules that only rewired nodes (a transpose moved below its user)
-                from .layout.to_nhwc import toposort
+        if self._new or self._dead:
+            self._rebuild()
+        if self.toposort:   # a rule rewired nodes out of order (a transpose moved below its user)
+            from .layout.to_nhwc import toposort
 
-                toposort(self.graph)
-            return self.applied > 0
+            toposort(self.graph)
+        return self.applied > 0
+
+    def _rebuild(self) -> None:
         # a dead node's remaining inputs (an edit may have moved one to another value since)
         touched = {id(v): v for n in self._deferred for v in n._inputs if v is not None}
         for v in touched.values():
@@ -173,11 +173,6 @@ class RewriteContext:
         for n in self.graph.nodes:
             place(n, nodes)
         self.graph.nodes = nodes
-        if self.toposort:
-            from .layout.to_nhwc import toposort
-
-            toposort(self.graph)
-        return True
 
 
 class BaseRule:
@@ -242,7 +237,6 @@ class FnRule(BaseRule):
     match: Callable[[Node, RewriteContext], Any]
     rewrite: Callable[[Node, Any, RewriteContext], None]
     min_opset: int = 1
-    doc: str = field(default="", compare=False)
 
     def roots(self) -> set[str]:
         return set(self.ops)
@@ -292,10 +286,6 @@ class RuleSetPass(Pass):
         """Why the whole pass does nothing on this model (e.g. its opset lacks the fused op)."""
         return None
 
-    def before(self, model: Model, g: Graph, rc: RewriteContext) -> dict[str, int]:
-        """Work on the whole graph before the rules: what it did, counted by name."""
-        return {}
-
     def graphs(self, model: Model) -> list[Graph]:
         return [model.graph] if self.main_graph_only else list(model.all_graphs())
 
@@ -312,17 +302,9 @@ class RuleSetPass(Pass):
         changed = False
         rounds = self._rounds(model)
         for g in self.graphs(model):
-            rc = RewriteContext(model, g)
-            for what, k in self.before(model, g, rc).items():
-                fired[what] = fired.get(what, 0) + k
-                changed |= k > 0
-            changed |= rc.finish()
             for rules in rounds:
-                if not any(n.op_type in rules for n in g.nodes):
-                    continue   # no candidate site
-                rc = RewriteContext(model, g)
-                self._drive(g, rules, rc, fired, stopped)
-                changed |= rc.finish()
+                if any(n.op_type in rules for n in g.nodes):   # else no candidate site
+                    changed |= self._drive(model, g, rules, fired, stopped).finish()
         stats: dict = {"fired": sum(fired.values()), **fired}
         warnings = []
         if stopped:
@@ -333,9 +315,10 @@ class RuleSetPass(Pass):
             stats["not_fired"] = self.explain(model)
         return PassResult(model, changed, stats, warnings=warnings)
 
-    def _drive(self, g: Graph, rules: dict[str, list[BaseRule]], rc: RewriteContext,
-               fired: dict[str, int], stopped: list[str]) -> None:
-        """The worklist: every node once, then what the rewrites touched, until nothing fires."""
+    def _drive(self, model: Model, g: Graph, rules: dict[str, list[BaseRule]], fired: dict[str, int],
+               stopped: list[str]) -> RewriteContext:
+        """The worklist: every node once, then what the rewrites touched, until nothing fires;
+        returns the context whose `finish` puts the rewrites in place."""
         work = [n for n in g.nodes if n.op_type in rules]
         if not self.reverse:
             work.reverse()   # a stack: pop gives the first node first
@@ -346,7 +329,7 @@ class RuleSetPass(Pass):
                 queued.add(id(n))
                 work.append(n)
 
-        rc._push = push
+        rc = RewriteContext(model, g, push)
         budget = self.max_rewrites_per_node * (len(g.nodes) + 16)
         while work:
             n = work.pop()
@@ -358,14 +341,15 @@ class RuleSetPass(Pass):
                 if not _fires(found):
                     continue
                 if budget == 0:
-                    if g.name not in stopped:
+                    if (g.name or "(main)") not in stopped:
                         stopped.append(g.name or "(main)")
-                    return
+                    return rc
                 budget -= 1
                 rule.apply(n, found, rc)
                 rc.applied += 1
                 fired[rule.name] += 1
                 break
+        return rc
 
     def _sites(self, model: Model) -> list[tuple[Node, list[str], str | None]]:
         """Each candidate site: the node, why each rule does not fire, the rule that would fire."""
