@@ -153,14 +153,18 @@ def _may_be(p: Pattern, v: Value | None) -> bool:
     return True
 
 
+def _failure(fails: list[tuple[int, str]] | None, s: _State, at: str) -> Callable[[str], None]:
+    """What records why a try at `at` failed (nothing when no one asks), with its depth."""
+    if fails is None:
+        return lambda why: None
+    return lambda why: fails.append((len(s.nodes), f"{at} {why}"))
+
+
 def _match(p: Pattern, v: Value | None, s: _State, at: str = "the root",
            fails: list[tuple[int, str]] | None = None) -> Iterator[_State]:
     """The states in which `p` matches `v`; `fails` (when given) collects why each failed try
     did not match, with how many nodes had matched by then (the deepest is the one to report)."""
-    def fail(why: str) -> None:
-        if fails is not None:
-            fails.append((len(s.nodes), f"{at} {why}"))
-
+    fail = _failure(fails, s, at)
     if v is None:
         fail("is omitted")
         return
@@ -195,10 +199,7 @@ def _match(p: Pattern, v: Value | None, s: _State, at: str = "the root",
 
 
 def _match_op(p: Op, v: Value, s: _State, at: str, fails: list | None) -> Iterator[_State]:
-    def fail(why: str) -> None:
-        if fails is not None:
-            fails.append((len(s.nodes), f"{at} {why}"))
-
+    fail = _failure(fails, s, at)
     n = v.producer
     if n is None:
         fail(f"({v.name}) is a graph input or a constant, not {p.op_type}'s result")
