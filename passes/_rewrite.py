@@ -64,6 +64,15 @@ def value_names(g: Graph) -> set[str]:
     return names
 
 
+def produce_in_place(x: Value, y: Value) -> None:
+    """x's producer makes y in x's place (y keeps its name: a graph output that must stay one),
+    and x's users read y; x is left without a producer. y's old producer must let it go."""
+    x.replace_all_uses_with(y)
+    p, i = x.producer, x.output_index
+    p.outputs[i], y.producer, y.output_index = y, p, i
+    x.producer = None
+
+
 def hand_over_output(frm: Node, to: Node) -> None:
     """`to`, whose output 0 fed only `frm`, now produces frm's output 0 (the value keeps its
     name, type and uses); `frm` is left with an unused stand-in, for Graph.remove_nodes."""

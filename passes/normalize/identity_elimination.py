@@ -210,9 +210,6 @@ def _take_over(n: Node, x: Value, y: Value) -> None:
     """x's producer makes the graph output y (n's result) in x's place; n is left unlinked."""
     for i in range(len(n.inputs)):
         n.set_input(i, None)
-    x.replace_all_uses_with(y)
-    p, i = x.producer, x.output_index
-    p.outputs[i], y.producer, y.output_index = y, p, i
-    x.producer = None
+    R.produce_in_place(x, y)
     n.outputs = [Value(f"{y.name}__eliminated")]
     n.outputs[0].producer = n

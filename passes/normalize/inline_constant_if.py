@@ -63,11 +63,7 @@ def _inline(n: Node, branch: Graph, rc: RewriteContext) -> None:
         # a graph output keeps its value: the branch's node makes it, or an Identity copies it
         p = b.producer
         if p is not None and any(o is b for o in p.outputs) and not rc.is_output(b):
-            b.replace_all_uses_with(y)
-            i = next(i for i, o in enumerate(p.outputs) if o is b)
-            y.producer, y.output_index = None, -1
-            p.outputs[i], y.producer, y.output_index = y, p, i
-            b.producer = None
+            R.produce_in_place(b, y)
         else:
             y.producer = None
             new.append(Node("Identity", [b], [y], name=f"{n.name or y.name}_inlined"))
