@@ -106,12 +106,12 @@ def load_check(model: Model, vdir: Path, backend: str) -> None:
     session is built from the IR just written (the runtime's own lowering of the same IR), not
     by reading the file back: at 50k nodes the read-back was a fifth of the conversion. The
     written file's header is checked; `mcp-cli verify` (and `--verify`) runs the runtime on it."""
+    import onnxruntime as ort
+
     from mcp_compiler.session import create_session, quiet_options
     from mcp_compiler.session import load_check as check
 
     if backend == "python":
-        import onnxruntime as ort
-
         _check_header(vdir / "model.mcpir")
         _check_ir(model)
         so = quiet_options(prepack=False)
@@ -120,8 +120,6 @@ def load_check(model: Model, vdir: Path, backend: str) -> None:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         check(lambda: create_session(model, so, prepack=False), "the serving runtime")
     else:
-        import onnxruntime as ort
-
         check(lambda: ort.InferenceSession(str(vdir / "model.onnx"), quiet_options(prepack=False),
                                            providers=["CPUExecutionProvider"]), "onnxruntime")
 
@@ -142,12 +140,12 @@ def _check_ir(model: Model) -> None:
 def _check_header(path: Path) -> None:
     """The file is a whole MCP-IR buffer: our identifier, and a size prefix within its length."""
     from mcp_compiler.errors import LoadCheckError
-    from mcp_compiler.ir_schema import FILE_IDENTIFIER
+    from mcp_compiler.mcpir.reader import is_mcpir
 
     with open(path, "rb") as f:
         head = f.read(12)
         size = f.seek(0, 2)
-    if len(head) < 12 or head[8:12] != FILE_IDENTIFIER or 4 + int.from_bytes(head[:4], "little") > size:
+    if not is_mcpir(head) or 4 + int.from_bytes(head[:4], "little") > size:
         raise LoadCheckError(f"the emitted model does not load in the serving runtime: {path.name} is not a "
                              "whole MCP-IR file (--no-load-check skips this check)")
 
