@@ -210,3 +210,33 @@ class Serve:
             self.p.send_signal(self._signal.SIGINT)
         rest, err = self.p.communicate(timeout=120)
         return self.p.returncode, self.out + rest, err
+
+
+class PostSink:
+    """An HTTP server on 127.0.0.1 that takes POSTs (a stand-in OTLP collector): each body and its
+    Content-Type go to `take(body, content_type)`, after `delay` seconds it answers `status`."""
+
+    def __init__(self, take, status: int = 200, delay: float = 0.0) -> None:
+        import http.server
+        import threading
+        import time
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                time.sleep(delay)
+                take(body, self.headers.get("Content-Type") or "")
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

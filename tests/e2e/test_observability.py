@@ -6,19 +6,17 @@ are on the server's Prometheus endpoint."""
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import os
 import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 
 import numpy as np
 import pytest
-from _helpers import GOLDEN, Serve
+from _helpers import GOLDEN, PostSink, Serve
 
 from mcp_compiler import CompileOptions, compile_model
 
@@ -34,41 +32,25 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]
 
 
-class Collector:
+class Collector(PostSink):
     """An OTLP/HTTP trace receiver: protobuf (the runtime's SDK) or JSON (Triton's exporter,
     whose ids are hex as OTLP/JSON says), kept as (resource attributes, span) pairs."""
 
     def __init__(self) -> None:
         self.spans: list[tuple[dict, object]] = []
-        outer = self
+        super().__init__(self._take)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                from google.protobuf import json_format
+    def _take(self, body: bytes, content_type: str) -> None:
+        from google.protobuf import json_format
 
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                req = ExportTraceServiceRequest()
-                if "json" in (self.headers.get("Content-Type") or ""):
-                    json_format.ParseDict(_hex_ids(json.loads(body)), req, ignore_unknown_fields=True)
-                else:
-                    req.ParseFromString(body)
-                for rs in req.resource_spans:
-                    res = {a.key: a.value.string_value for a in rs.resource.attributes}
-                    outer.spans += [(res, sp) for ss in rs.scope_spans for sp in ss.spans]
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *a):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        req = ExportTraceServiceRequest()
+        if "json" in content_type:
+            json_format.ParseDict(_hex_ids(json.loads(body)), req, ignore_unknown_fields=True)
+        else:
+            req.ParseFromString(body)
+        for rs in req.resource_spans:
+            res = {a.key: a.value.string_value for a in rs.resource.attributes}
+            self.spans += [(res, sp) for ss in rs.scope_spans for sp in ss.spans]
 
 
 def _hex_ids(o):

@@ -3,39 +3,20 @@ order, drops and counts what a dead, failing or slow collector does not take."""
 
 from __future__ import annotations
 
-import http.server
 import socket
-import threading
 import time
 import urllib.request
+
+from _helpers import PostSink
 
 from mcp_compiler.targets.triton.trace_relay import TraceRelay
 
 
-class _Collector:
+class _Collector(PostSink):
     def __init__(self, status: int = 200, delay: float = 0.0) -> None:
         self.bodies: list[tuple[bytes, str]] = []
-        outer = self
-
-        class H(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                time.sleep(delay)
-                outer.bodies.append((body, self.headers.get("Content-Type")))
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *a):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/v1/traces"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(lambda body, ctype: self.bodies.append((body, ctype)), status, delay)
+        self.url += "/v1/traces"
 
 
 def _post(url: str, body: bytes) -> tuple[int, float]:
