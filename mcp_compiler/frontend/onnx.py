@@ -505,9 +505,7 @@ def _constant_defaults(m: Model) -> None:
     They become plain initializers, and the model IR 4 (which allows initializers that are not
     inputs): the passes may fold them like any constant, and the interface lists what a caller
     gives."""
-    g = m.graph
-    if any(v.const is not None for v in g.inputs):
-        g.inputs = [v for v in g.inputs if v.const is None]
+    m.graph.inputs = [v for v in m.graph.inputs if v.const is None]
     m.ir_version = 4
 
 

@@ -41,7 +41,7 @@ class TraceRelay:
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self._lock = threading.Lock()
         self._server: http.server.ThreadingHTTPServer | None = None
-        self._threads: list[threading.Thread] = []
+        self._forwarder: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -84,10 +84,9 @@ class TraceRelay:
 
         self._server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
         self._server.daemon_threads = True
-        for target in (self._server.serve_forever, self._forward):
-            t = threading.Thread(target=target, name="mcp-trace-relay", daemon=True)
-            t.start()
-            self._threads.append(t)
+        threading.Thread(target=self._server.serve_forever, name="mcp-trace-relay", daemon=True).start()
+        self._forwarder = threading.Thread(target=self._forward, name="mcp-trace-forward", daemon=True)
+        self._forwarder.start()
         return self
 
     def _take(self, body: bytes, headers: dict[str, str]) -> None:
@@ -129,7 +128,7 @@ class TraceRelay:
         self._server.server_close()
         with contextlib.suppress(queue.Full):
             self._queue.put(None, timeout=drain)
-        self._threads[-1].join(drain)
+        self._forwarder.join(drain)
         while True:   # what could not be forwarded in time is dropped
             try:
                 item = self._queue.get_nowait()
