@@ -45,10 +45,10 @@ class TritonPythonModel:
         self.model = MCPIRModel(path, intra_op_threads=threads or None, prepack=prepack,
                                 dequantize_at_load=dequantize)
         name, version = args.get("model_name", cfg.get("name", "?")), str(args.get("model_version", "?"))
-        self.metrics = _Metrics(name, version)
+        self.tel = Telemetry.create(name, version)
+        self.metrics = _Metrics(name, version, traced=self.tel is not None)
         phases = [("mcp.import", _T_IMPORT, _T_READY), *self.model.load_phases]
         self.metrics.loaded(phases)
-        self.tel = Telemetry.create(name, version)
         if self.tel is not None:
             self.tel.load(_T_IMPORT, phases)
         self.inputs = [i["name"] for i in cfg["input"]]
@@ -134,9 +134,10 @@ class TritonPythonModel:
 
 
 class _Metrics:
-    """The runtime's Triton custom metrics (none where the python backend has no metrics API)."""
+    """The runtime's Triton custom metrics (none where the python backend has no metrics API);
+    the dropped-spans gauge only when the model is traced (else it would say 0 of nothing)."""
 
-    def __init__(self, model, version):
+    def __init__(self, model, version, traced):
         labels = {"model": model, "version": version}
         try:
             gauge, counter = pb_utils.MetricFamily.GAUGE, pb_utils.MetricFamily.COUNTER
@@ -145,13 +146,15 @@ class _Metrics:
                 pb_utils.MetricFamily(name="mcp_model_load_seconds", kind=gauge,
                                       description="mcp-cli runtime: seconds the last load took, by phase"),
                 pb_utils.MetricFamily(name="mcp_runtime_errors_total", kind=counter,
-                                      description="mcp-cli runtime: requests that failed in the runtime"),
-                pb_utils.MetricFamily(name="mcp_trace_spans_dropped", kind=gauge,
-                                      description="mcp-cli runtime: spans the collector did not take")]
-            load, errors, dropped = self.families
+                                      description="mcp-cli runtime: requests that failed in the runtime")]
+            if traced:
+                self.families.append(pb_utils.MetricFamily(name="mcp_trace_spans_dropped", kind=gauge,
+                                                           description="mcp-cli runtime: spans the collector "
+                                                                       "did not take"))
+            load, errors = self.families[:2]
             self.load = {p: load.Metric(labels={**labels, "phase": p}) for p in ("import", "read", "session", "total")}
             self.errors = errors.Metric(labels=labels)
-            self.dropped = dropped.Metric(labels=labels)
+            self.dropped = self.families[2].Metric(labels=labels) if traced else None
         except (AttributeError, pb_utils.TritonModelException):
             self.load = self.errors = self.dropped = None
 
@@ -167,7 +170,7 @@ class _Metrics:
         failed = sum(1 for r in responses if r.has_error())
         if failed:
             self.errors.increment(failed)
-        if tel is not None:
+        if self.dropped is not None:
             self.dropped.set(tel.exporter.dropped)
 
 
