@@ -8,6 +8,7 @@ top-level initializers are handed over as OrtValues (add_external_initializers).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 import onnxruntime as ort
@@ -52,6 +53,13 @@ def load_check(open_session, what: str) -> None:  # noqa: ANN001 - () -> a sessi
 
 def create_session(model: Model, options: ort.SessionOptions | None = None,
                    providers: list[str] | None = None, *, prepack: bool = True) -> ort.InferenceSession:
+    return session_maker(model, options, providers, prepack=prepack)()
+
+
+def session_maker(model: Model, options: ort.SessionOptions | None = None,
+                  providers: list[str] | None = None, *, prepack: bool = True) -> Callable[[], ort.InferenceSession]:
+    """create_session in two steps: the lowering now (Python), the session when called
+    (onnxruntime, which releases the GIL: a thread may build it while Python works on)."""
     so = options or quiet_options()
     top = {id(v.const) for v in model.graph.initializers.values() if v.const.nbytes >= _EXTERNAL_MIN_BYTES}
     folders: set[str] = set()
@@ -81,9 +89,13 @@ def create_session(model: Model, options: ort.SessionOptions | None = None,
         so.add_external_initializers(names, values)
     if not prepack:
         so.add_session_config_entry("session.disable_prepacking", "1")
-    sess = ort.InferenceSession(proto.SerializeToString(), so, providers=providers or ["CPUExecutionProvider"])
-    sess._mcp_keepalive = values
-    return sess
+    data = proto.SerializeToString()
+
+    def make() -> ort.InferenceSession:
+        sess = ort.InferenceSession(data, so, providers=providers or ["CPUExecutionProvider"])
+        sess._mcp_keepalive = values
+        return sess
+    return make
 
 
 def run(model: Model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -14,6 +14,7 @@ import fcntl
 import os
 import shutil
 import tempfile
+import threading
 from importlib import resources
 from pathlib import Path
 
@@ -64,12 +65,15 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     cfg, warnings, cfg_files = build_config(model, name, backend, params, options.quantization)
     made = _make_dirs(out_dir)
     staging = tmp = None
+    session_check = None
     try:
         staging, tmp, warn = _stage(out_dir, name)
         warnings += warn
         vdir = tmp / str(version)
         vdir.mkdir()
         if backend == "python":
+            if options.load_check:   # onnxruntime builds the session while Python writes the file
+                session_check = _Background(session_check_maker(model))
             write_mcpir(model, vdir / "model.mcpir")
             model_py = resources.files("mcp_compiler.targets.triton").joinpath("runtime", "model.py")
             (vdir / "model.py").write_bytes(model_py.read_bytes())
@@ -80,7 +84,11 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
         for rel, data in cfg_files.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(data)
-        if options.load_check:
+        if session_check is not None:
+            _check_header(vdir / "model.mcpir")
+            _check_ir(model)
+            session_check.result()
+        elif options.load_check:
             load_check(model, vdir, backend)
         if options.check is not None:
             options.check(tmp)
@@ -90,6 +98,8 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
                 raise OutputExistsError(f"{final} exists; pass --force to replace it")
             _swap_in(tmp, final)
     except BaseException as e:
+        if session_check is not None and not isinstance(e, KeyboardInterrupt):
+            session_check.wait()   # it reads the model: done before the caller goes on
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         _tidy(staging, made, out_dir)
@@ -108,20 +118,64 @@ def load_check(model: Model, vdir: Path, backend: str) -> None:
     written file's header is checked; `mcp-cli verify` (and `--verify`) runs the runtime on it."""
     import onnxruntime as ort
 
-    from mcp_compiler.session import create_session, quiet_options
     from mcp_compiler.session import load_check as check
+    from mcp_compiler.session import quiet_options
 
     if backend == "python":
         _check_header(vdir / "model.mcpir")
-        _check_ir(model)
-        so = quiet_options(prepack=False)
-        # loading is what is checked: resolving the graph and its kernels, not optimizing it
-        # (a quarter of the session's time at 50k nodes)
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        check(lambda: create_session(model, so, prepack=False), "the serving runtime")
+        load_check_session(model)
     else:
         check(lambda: ort.InferenceSession(str(vdir / "model.onnx"), quiet_options(prepack=False),
                                            providers=["CPUExecutionProvider"]), "onnxruntime")
+
+
+def load_check_session(model: Model) -> None:
+    """The python backend's load check on the IR (not the file): the runtime reader's rules
+    (_check_ir) and an onnxruntime session from the runtime's lowering of the same IR."""
+    _check_ir(model)
+    session_check_maker(model)()
+
+
+def session_check_maker(model: Model):  # noqa: ANN201 - () -> None
+    """The session half of the load check: lowered now, the session made (and checked) when called."""
+    import onnxruntime as ort
+
+    from mcp_compiler.session import load_check as check
+    from mcp_compiler.session import quiet_options, session_maker
+
+    so = quiet_options(prepack=False)
+    # loading is what is checked: resolving the graph and its kernels, not optimizing it
+    # (a quarter of the session's time at 50k nodes)
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    made = []   # the lowering's own refusals are load-check failures too, as before the split
+    check(lambda: made.append(session_maker(model, so, prepack=False)), "the serving runtime")
+    return lambda: check(made[0], "the serving runtime")
+
+
+class _Background:
+    """fn() on a thread of its own; result() waits and raises what it raised. onnxruntime
+    releases the GIL while it builds a session: at 100k nodes most of the load check then runs
+    beside the .mcpir writer (only reads the model, as the writer does)."""
+
+    def __init__(self, fn) -> None:  # noqa: ANN001 - () -> None
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 - handed to result()
+                self.error = e
+
+        self.thread = threading.Thread(target=run, name="mcp-load-check", daemon=True)
+        self.thread.start()
+
+    def wait(self) -> None:
+        self.thread.join()
+
+    def result(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def _check_ir(model: Model) -> None:
