@@ -1,8 +1,8 @@
 """The mcp-cli command line: parse options, call the library, render, map errors to exit codes.
 
 `application.py` builds the typer app from the compiler's commands (`compile.py`, `zoo.py`) and each
-target's own (`Target.commands()`); `common.py` holds what every command shares. `app` and
-`main` are loaded on first use, so that a target's commands may import `common` first.
+target's own (`Target.commands()`); `common.py` holds what every command shares. `app`,
+`main` and `entry` (the console script) are loaded on first use, so that a target's commands may import `common` first.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("app", "main"):
+    if name in ("app", "main", "entry"):
         from . import application
 
         return getattr(application, name)

@@ -1,5 +1,5 @@
 """`python -m mcp_compiler.cli`: the same as the `mcp-cli` command."""
 
-from .application import main
+from .application import entry
 
-main()
+entry()

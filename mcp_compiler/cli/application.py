@@ -135,6 +135,35 @@ def main() -> None:
     app()
 
 
+def entry() -> None:
+    """The `mcp-cli` console script: main(), then the process ends without the interpreter's
+    teardown, which frees every object one by one (0.4 s after a 100k-node convert). The exit
+    handlers still run and the output is flushed; with another thread alive it exits normally."""
+    import atexit
+    import os
+    import threading
+
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):   # sys.exit("message"): what Python itself does with it
+        sys.stderr.write(f"{code}\n")
+        code = 1
+    if threading.active_count() > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # a closed pipe (`| head`), a closed stream: nothing to do
+            pass
+    os._exit(code)
+
+
 
 
 if __name__ == "__main__":

@@ -97,6 +97,23 @@ def test_console_script_runs(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
 
 
+def test_console_script_skips_the_teardown_but_not_the_exit_handlers(tmp_path):
+    """entry() ends the process with os._exit after main(): the exit code stays main's, piped
+    output is all there, and atexit handlers (logging, telemetry) still run."""
+    code = ("import atexit, sys; sys.argv = ['mcp-cli', *sys.argv[1:]]\n"
+            "atexit.register(lambda: print('handler ran', file=sys.stderr))\n"
+            "class Torn:\n    def __del__(self): print('torn down', file=sys.stderr)\n"
+            "kept = Torn()   # freed by the interpreter's teardown, which entry() skips\n"
+            "from mcp_compiler.cli import entry; entry()\n"
+            "print('never reached')")
+    r = subprocess.run([sys.executable, "-c", code, "passes", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"] is True and "never reached" not in r.stdout
+    assert r.stderr.strip() == "handler ran"
+    r = subprocess.run([sys.executable, "-c", code, "inspect", str(tmp_path / "nothing.onnx")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.rstrip().endswith("handler ran")
+
+
 def test_deterministic_output(tmp_path):
     for name in ("a", "b"):
         assert runner.invoke(app, ["convert", "-i", str(MLP), "-o", str(tmp_path / f"{name}.mcpir")]).exit_code == 0
