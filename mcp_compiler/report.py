@@ -72,8 +72,10 @@ class Reporter:
                        markup=False)
         if r.passes:
             changed = [p for p in r.passes if p["modified"]]
+            skipped = sum(p.get("skipped", False) for p in r.passes)
             delta = r.passes[0]["nodes_before"] - r.passes[-1]["nodes_after"]
-            self.out.print(f"passes: {len(r.passes)} run, {len(changed)} changed the model, "
+            more = f" ({skipped} more skipped: the model unchanged since their last run)" if skipped else ""
+            self.out.print(f"passes: {len(r.passes) - skipped} run{more}, {len(changed)} changed the model, "
                            f"{abs(delta)} nodes {'removed' if delta >= 0 else 'added'}", markup=False)
             if verbose:
                 self._pass_table(r.passes)
@@ -141,7 +143,7 @@ class Reporter:
             for c in ("pass", "round", "modified", "ms", "nodes", "stats"):
                 t.add_column(c)
             for p in passes:
-                t.add_row(p["name"], str(p["iteration"]), "yes" if p["modified"] else "no",
+                t.add_row(p["name"], str(p["iteration"]), _modified(p),
                           f"{p['seconds'] * 1e3:.1f}", f"{p['nodes_before']} -> {p['nodes_after']}",
                           ", ".join(f"{k}={v}" for k, v in p["stats"].items()))
             self.out.print(t)
@@ -149,7 +151,7 @@ class Reporter:
         for p in passes:
             stats = ", ".join(f"{k}={v}" for k, v in p["stats"].items())
             self.out.print(f"  {p['name']} (round {p['iteration']}): "
-                           f"{'modified' if p['modified'] else 'unchanged'}, {p['seconds'] * 1e3:.1f} ms, "
+                           f"{_modified(p, 'modified', 'unchanged')}, {p['seconds'] * 1e3:.1f} ms, "
                            f"nodes {p['nodes_before']} -> {p['nodes_after']} {stats}", markup=False)
 
     # -- verify -------------------------------------------------------------------------------
@@ -286,3 +288,8 @@ def _mb(n: int) -> str:
     if n < 1024 * 1024:
         return f"{n / 1024:.1f} KiB"
     return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def _modified(p: dict, yes: str = "yes", no: str = "no") -> str:
+    """A pass record's outcome: changed the model, did not, or was not run (skipped)."""
+    return "skipped" if p.get("skipped") else yes if p["modified"] else no

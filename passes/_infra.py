@@ -94,9 +94,17 @@ class Pass(abc.ABC):
     establishes: ClassVar[frozenset[Property]] = frozenset()
     preserves: ClassVar[frozenset[Property]] = frozenset()
 
+    # A run leaves a fixed point: run again on the model it left, the pass changes nothing. The
+    # manager then skips it while no pass has changed the model since (LLVM's preserved analyses).
+    idempotent: ClassVar[bool] = False
+
     @abc.abstractmethod
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         """Rewrite `model` in place."""
+
+    def left_fixed_point(self, result: PassResult) -> bool:
+        """Whether this run left a model the pass would not change (idempotent passes)."""
+        return self.idempotent
 
     def broken_claims(self, model: Model, ctx: PassContext) -> list[str]:
         """What the pass claims about the model after it ran and does not hold: each property
@@ -118,6 +126,7 @@ class PassRecord:
     iteration: int = 0
     details: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    skipped: bool = False   # not run: the model is the one its last run left (an idempotent pass)
 
 
 def count_nodes(model: Model) -> int:
@@ -159,19 +168,21 @@ class TimePasses(PassInstrument):
     def after(self, p: Pass, model: Model, result: PassResult, record: PassRecord, pm: PassManager) -> None:
         self.totals.setdefault(p.name, []).append(record.seconds)
 
-    def report(self) -> str:
+    def report(self, skipped: int = 0) -> str:
         total = sum(sum(t) for t in self.totals.values()) or 1e-12
         rows = sorted(self.totals.items(), key=lambda kv: -sum(kv[1]))
-        lines = [f"// pass times: {total:.3f} s in {sum(len(t) for t in self.totals.values())} runs",
+        more = f" ({skipped} skipped: the model unchanged since their last run)" if skipped else ""
+        lines = [f"// pass times: {total:.3f} s in {sum(len(t) for t in self.totals.values())} runs{more}",
                  f"//   {'seconds':>8} {'share':>6} {'runs':>4}  pass"]
         lines += [f"//   {sum(t):8.3f} {100 * sum(t) / total:5.1f}% {len(t):4d}  {name}" for name, t in rows]
         return "\n".join(lines)
 
     def finish(self, model: Model, records: list[PassRecord], pm: PassManager) -> None:
+        text = self.report(sum(r.skipped for r in records))
         if self.sink is None:
-            _IR_LOG.info("%s", self.report())
+            _IR_LOG.info("%s", text)
         else:
-            self.sink(self.report())
+            self.sink(text)
 
 
 class PrintIR(PassInstrument):
@@ -195,8 +206,9 @@ class PrintIR(PassInstrument):
 
 class VerifyEach(PassInstrument):
     """--verify-each: after every pass, the IR's invariants, that the pass worked on the model it
-    was given (a new model object would lose its work), each property it establishes, and each
-    property it preserves that held before it (when it changed the model)."""
+    was given (a new model object would lose its work), each property it establishes, each
+    property it preserves that held before it (when it changed the model), and that a pass that
+    says its run left a fixed point changes nothing when run again."""
 
     def after(self, p: Pass, model: Model, result: PassResult, record: PassRecord, pm: PassManager) -> None:
         from mcp_compiler.ir.verify import verify
@@ -214,6 +226,12 @@ class VerifyEach(PassInstrument):
         if result.modified:
             kept = sorted((pm.properties & set(p.preserves)) - set(p.establishes), key=lambda q: q.value)
             broken += [f"{q.value} (preserved): {v}" for q in kept for v in violations(q, model, pm.ctx)[:5]]
+        if result.modified and p.left_fixed_point(result):   # the manager skips it until the model changes
+            again = p.run(model, pm.ctx)
+            if again.modified:
+                changed = {k: v for k, v in again.stats.items() if isinstance(v, int) and v}
+                broken.append(f"it left a fixed point (it is skipped while the model is unchanged), and a "
+                              f"second run changed the model again ({changed or 'modified=True'})")
         if broken:
             raise ContractError(f"pass {p.name} claims what does not hold after it ran: {'; '.join(broken[:5])}"
                                 + (f" (and {len(broken) - 5} more)" if len(broken) > 5 else ""))
@@ -263,6 +281,8 @@ class PassManager:
     def run(self, model: Model) -> tuple[Model, list[PassRecord]]:
         """Run the steps; `self.properties` then holds what the model is known to have."""
         self.properties: set[Property] = set(self.initial)
+        self._version = 0   # how many runs have changed the model
+        self._fixed: dict[tuple, int] = {}   # an idempotent pass -> the version its last run left
         records: list[PassRecord] = []
         done: list[str] = []
         for step in self.steps:
@@ -279,6 +299,11 @@ class PassManager:
     def _one(self, p: Pass, model: Model, records: list[PassRecord], done: list[str], it: int) -> bool:
         # the count after the last pass stands until a pass changes the model (one walk per change)
         before = records[-1].nodes_after if records else count_nodes(model)
+        key = _pass_key(p)
+        if self._fixed.get(key) == self._version:
+            records.append(PassRecord(p.name, False, 0.0, before, before,
+                                      {"skipped": "the model is unchanged since its last run"}, it, skipped=True))
+            return False
         for inst in self.instruments:
             inst.before(p, model, self)
         t0 = time.perf_counter()
@@ -297,7 +322,15 @@ class PassManager:
             inst.after(p, model, result, record, self)
         if result.modified:
             self.properties &= set(p.preserves)
+            self._version += 1
         self.properties |= p.establishes
+        if p.left_fixed_point(result):
+            self._fixed[key] = self._version
         records.append(record)
         done.append(p.name)
         return result.modified
+
+
+def _pass_key(p: Pass) -> tuple:
+    """Two instances of a pass with the same settings are the same pass for skipping."""
+    return (type(p), repr(sorted(vars(p).items())))

@@ -286,6 +286,11 @@ class RuleSetPass(Pass):
         """Why the whole pass does nothing on this model (e.g. its opset lacks the fused op)."""
         return None
 
+    def left_fixed_point(self, result: PassResult) -> bool:
+        """One round driven to its fixed point leaves nothing to fire (a later round can make
+        sites for an earlier one; a rule set stopped before converging can fire again)."""
+        return len(self.rounds) <= 1 and not result.stats.get("not_converged")
+
     def graphs(self, model: Model) -> list[Graph]:
         return [model.graph] if self.main_graph_only else list(model.all_graphs())
 

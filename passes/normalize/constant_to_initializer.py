@@ -28,6 +28,7 @@ class ConstantToInitializerPass(Pass):
     requires = frozenset()
     establishes = frozenset({Property.NO_CONSTANT_NODES})
     preserves = ALL - {Property.UNIQUE_WEIGHTS}
+    idempotent = True
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         if model.ir_version < 4:

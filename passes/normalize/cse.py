@@ -23,6 +23,7 @@ class CommonSubexpressionEliminationPass(Pass):
     requires = frozenset()
     establishes = frozenset()
     preserves = ALL
+    idempotent = True
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         merged = 0

@@ -19,6 +19,7 @@ class DeadCodeEliminationPass(Pass):
     requires = frozenset()
     establishes = frozenset({Property.NO_DEAD_CODE})
     preserves = ALL
+    idempotent = True
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         nodes = inits = 0

@@ -32,6 +32,7 @@ class DeduplicateWeightsPass(Pass):
     requires = frozenset()
     establishes = frozenset({Property.UNIQUE_WEIGHTS})
     preserves = ALL - {Property.NO_DEAD_CODE}
+    idempotent = True
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         merged = saved = 0

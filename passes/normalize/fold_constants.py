@@ -37,6 +37,7 @@ class FoldConstantsPass(Pass):
     requires = frozenset()
     establishes = frozenset()
     preserves = ALL - {Property.NO_DEAD_CODE, Property.UNIQUE_WEIGHTS}
+    idempotent = True
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         # Outer graphs first: what folds there is a constant in the subgraphs inside.

@@ -29,6 +29,7 @@ class FoldShapeValuesPass(Pass):
     requires = frozenset()
     establishes = frozenset()
     preserves = ALL - {Property.NO_DEAD_CODE, Property.UNIQUE_WEIGHTS}
+    idempotent = True
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         from ..shapes.symbolic_shapes import model_symbols

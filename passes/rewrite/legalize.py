@@ -54,6 +54,7 @@ class LegalizePass(Pass):
     requires = frozenset({Property.NO_CONSTANT_NODES})
     establishes = frozenset()   # target-legal when strict: what is left raises
     preserves = frozenset({Property.NO_CONSTANT_NODES, Property.NO_DEAD_CODE, Property.LAYOUT_NHWC})
+    idempotent = True
 
     def __init__(self, table=None, strict: bool = False) -> None:  # noqa: ANN001
         self.table = table

@@ -39,6 +39,7 @@ class SymbolicShapesPass(Pass):
     requires = frozenset()
     establishes = frozenset({Property.SHAPES_INFERRED})
     preserves = ALL
+    idempotent = True
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         opset = model.onnx_opset

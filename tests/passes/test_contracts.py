@@ -232,9 +232,35 @@ def test_time_passes_is_an_instrument(tmp_path):
                      instruments=[TimePasses(sink=got.append)])
     _, records = pm.run(model)
     [text] = got
-    assert text.startswith("// pass times: ") and f"in {len(records)} runs" in text
+    ran = [r for r in records if not r.skipped]
+    assert text.startswith("// pass times: ") and f"in {len(ran)} runs" in text
     dce = next(ln for ln in text.splitlines() if ln.endswith("dead-code-elimination"))
-    assert dce.split()[3] == "2"   # two runs, summed
+    assert dce.split()[3] == str(sum(r.name == "dead-code-elimination" for r in ran))
+    assert ("skipped" in text.splitlines()[0]) == (len(ran) < len(records))
+
+
+def test_an_idempotent_pass_is_skipped_until_the_model_changes(tmp_path):
+    """A pass whose run left a fixed point is not run again while no pass changed the model;
+    once one does, it runs again."""
+    from mcp_compiler.passes.normalize import IdentityEliminationPass
+
+    x = helper.make_tensor_value_info("x", TP.FLOAT, [2])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Relu", ["x"], ["dead"]),
+             helper.make_node("Identity", ["r"], ["i"]), helper.make_node("Neg", ["i"], ["y"])]
+    path = save_model(tmp_path, "m", nodes, [x], [helper.make_tensor_value_info("y", TP.FLOAT, [2])])
+    model = load_onnx(path).model
+    dce = DeadCodeEliminationPass
+    pm = PassManager([dce(), dce(), IdentityEliminationPass(), dce(), IdentityEliminationPass(), dce()])
+    _, records = pm.run(model)
+    assert [(r.name, r.modified, r.skipped) for r in records] == [
+        ("dead-code-elimination", True, False),    # the dead Relu
+        ("dead-code-elimination", False, True),    # nothing changed since: skipped
+        ("identity-elimination", True, False),
+        ("dead-code-elimination", False, False),   # the model changed: runs (and finds nothing)
+        ("identity-elimination", False, True),
+        ("dead-code-elimination", False, True)]
+    assert records[1].stats == {"skipped": "the model is unchanged since its last run"}
+    assert [n.op_type for n in model.graph.nodes] == ["Relu", "Neg"]
 
 
 def test_time_passes_flag(tmp_path):
