@@ -288,6 +288,7 @@ class _Importer:
     def __init__(self, path: Path, ext: _ExternalData) -> None:
         self.path = path
         self.ext = ext
+        self.types: dict[tuple, TensorType] = {}
         self.main_initializers = None   # the main graph's initializers, when not in the proto
 
     # -- model, functions ---------------------------------------------------------------------
@@ -364,14 +365,22 @@ class _Importer:
         if len(getattr(n, "device_configurations", ())):
             raise UnsupportedError("NodeProto.device_configurations is not supported",
                                    node=n.name, op=n.op_type)
-        op = _text(n.op_type, f"the op_type of node {n.name!r}")
-        name = _text(n.name, f"the name of a {op} node")
-        domain = _text(n.domain, f"the domain of node {name or op!r}")
-        attrs = [self.attribute(b, a, name or op) for a in n.attribute]
-        b.add_node(op, domain, name, _texts(n.input, f"an input name of node {name or op!r}:"),
-                   _texts(n.output, f"an output name of node {name or op!r}:"), attrs,
-                   overload=_text(n.overload, f"the overload of node {name or op!r}"),
-                   doc_string=_doc(n.doc_string), metadata_props=_props(n.metadata_props))
+        op, name, domain, overload = n.op_type, n.name, n.domain, n.overload
+        inputs, outputs = list(n.input), list(n.output)
+        # (the messages are made only for a field that is not text: an f-string per field per
+        # node was a tenth of the import)
+        if bytes in (type(op), type(name), type(domain), type(overload)) \
+                or bytes in map(type, inputs) or bytes in map(type, outputs):
+            _text(op, f"the op_type of node {name!r}")
+            _text(name, f"the name of a {op} node")
+            _text(domain, f"the domain of node {name or op!r}")
+            _text(overload, f"the overload of node {name or op!r}")
+            _texts(inputs, f"an input name of node {name or op!r}:")
+            _texts(outputs, f"an output name of node {name or op!r}:")
+        attrs = [self.attribute(b, a, name or op) for a in n.attribute] if len(n.attribute) else ()
+        b.add_node(op, domain, name, inputs, outputs, attrs, overload=overload,
+                   doc_string=_doc(n.doc_string),
+                   metadata_props=_props(n.metadata_props) if len(n.metadata_props) else None)
 
     def _annotate(self, v: Value, vi: onnx.ValueInfoProto, force: bool = False) -> None:
         if vi.HasField("type") and (force or v.type is None):
@@ -472,13 +481,19 @@ class _Importer:
             denots = None
             if tt.HasField("shape"):
                 dims = tt.shape.dim
-                shape = tuple(_dim(d) for d in dims)
-                if any(d.denotation for d in dims):
+                shape = tuple([_dim(d) for d in dims])
+                if any([d.denotation for d in dims]):
                     denots = tuple(d.denotation for d in dims)
-            elem = _DTYPES.get(tt.elem_type)
-            if elem is None:
-                raise InvalidModelError(None, f"unknown element type {tt.elem_type}")
-            return TensorType(elem, shape, denots, den, sparse=which == "sparse_tensor_type")
+            # types are immutable: values of one type share one object (most values of a graph
+            # have one of a few types; a frozen dataclass costs microseconds to make)
+            key = (tt.elem_type, shape, denots, den, which)
+            made = self.types.get(key)
+            if made is None:
+                elem = _DTYPES.get(tt.elem_type)
+                if elem is None:
+                    raise InvalidModelError(None, f"unknown element type {tt.elem_type}")
+                made = self.types[key] = TensorType(elem, shape, denots, den, sparse=which == "sparse_tensor_type")
+            return made
         if which == "sequence_type":
             e = tp.sequence_type.elem_type
             return SequenceType(self.type(e, depth + 1) if tp.sequence_type.HasField("elem_type") else None, den)
@@ -510,8 +525,9 @@ def _constant_defaults(m: Model) -> None:
 
 
 def _dim(d: onnx.TensorShapeProto.Dimension):  # noqa: ANN202
-    if d.HasField("dim_value"):
-        return d.dim_value if d.dim_value >= 0 else None
+    if d.WhichOneof("value") == "dim_value":
+        v = d.dim_value
+        return v if v >= 0 else None
     return d.dim_param or None
 
 

@@ -60,11 +60,12 @@ class GraphBuilder:
                  outputs: Iterable[str], attributes: Iterable[Attribute], *, overload: str = "",
                  doc_string: str = "", metadata_props: dict[str, str] | None = None) -> Node:
         resolved = []
+        scope = self.scope
         for i in inputs:
             if i == "":
                 resolved.append(None)
                 continue
-            v = self.lookup(i)
+            v = scope.get(i) or self.lookup(i)
             if v is None:
                 raise InvalidModelError(
                     None, f"{self.where}: node {name or op_type!r} ({op_type}) uses undefined value {i!r}")
@@ -73,9 +74,14 @@ class GraphBuilder:
         node = Node(op_type, resolved, outs, domain=domain, name=name, overload=overload,
                     attributes=attributes)
         node.doc_string = doc_string
-        node.metadata_props = dict(metadata_props or {})
+        if metadata_props:
+            node.metadata_props = dict(metadata_props)
         for o in outs:
-            self._define(o)
+            name_ = o.name
+            if name_:
+                if name_ in scope:
+                    raise InvalidModelError(None, f"{self.where}: value name {name_!r} is defined twice")
+                scope[name_] = o
         self.graph.nodes.append(node)
         return node
 
