@@ -70,7 +70,9 @@ def build(form: Linear) -> Dim:
 
 
 def norm(d: Dim) -> Dim:
-    return None if d is None else build(linear(d))
+    if d is None or type(d) is int or type(d) is str:   # already normal (most dims)
+        return d
+    return build(linear(d))
 
 
 def add(a: Dim, b: Dim) -> Dim:

@@ -139,10 +139,13 @@ class Inference:
             self.node(n)
 
     def node(self, n: Node) -> None:
-        key = n.op_type if n.is_onnx() else f"{n.domain}.{n.op_type}"
-        site = Site(n, [None if v is None else self.shapes.get(id(v)) for v in n.inputs],
-                    [None if v is None else self.values.get(id(v)) for v in n.inputs], self.opset, self.facts)
-        rule = None if any(True for _ in n.subgraphs()) else SHAPE_RULES.get(key)
+        onnx_op = n.is_onnx()
+        key = n.op_type if onnx_op else f"{n.domain}.{n.op_type}"
+        ins = n.inputs
+        shapes, values = self.shapes, self.values
+        site = Site(n, [None if v is None else shapes.get(id(v)) for v in ins],
+                    [None if v is None else values.get(id(v)) for v in ins], self.opset, self.facts)
+        rule = None if n.attributes and any(True for _ in n.subgraphs()) else SHAPE_RULES.get(key)
         if key == "Loop" and "body" in n.attributes:
             rule = self._loop
         outs: list = []
@@ -156,7 +159,7 @@ class Inference:
         for i, v in enumerate(n.outputs):
             ours = outs[i] if i < len(outs) else None
             self.shapes[id(v)] = self.merge(v, ours)
-        vrule = VALUE_RULES.get(key) if n.is_onnx() else None
+        vrule = VALUE_RULES.get(key) if onnx_op else None
         if vrule is not None and n.outputs:
             try:
                 vals = vrule(site)
@@ -180,6 +183,11 @@ class Inference:
             else:
                 self.facts.conflicts.append(f"{v.name!r}: rank {len(ours)} inferred, {len(stated)} declared")
                 ours = (None,) * len(stated)
+        if ours == stated:   # what the model says, confirmed (the usual case: fast path)
+            return tuple([A.norm(d) for d in ours]) if None not in ours else self._merge(v, ours, stated)
+        return self._merge(v, ours, stated)
+
+    def _merge(self, v: Value, ours: Shape, stated: Shape | None) -> Shape:
         out = []
         for axis, d in enumerate(ours):
             s = stated[axis] if stated is not None else None
@@ -207,8 +215,8 @@ class Inference:
                 t = v.type if isinstance(v.type, TensorType) else derive_type(v, n)
                 if t is None:
                     continue
-                new = _with_shape(t, shape)
-                if new != v.type:
+                new = t if t.shape == shape else _with_shape(t, shape)
+                if new is not v.type and new != v.type:
                     v.type = new
                     changed += 1
                 if id(v) not in known and v.name:
