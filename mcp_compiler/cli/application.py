@@ -111,7 +111,9 @@ def _no_bool_metavar() -> None:
     """typer >= 0.20 prints `<bool>` beside every flag in --help (a flag takes no value): drop it."""
     from typer.core import TyperOption
 
-    shown = TyperOption.display_type_rich
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None:   # typer < 0.29 prints no type beside a flag
+        return
 
     def display_type_rich(self, ctx):  # noqa: ANN001, ANN202
         return None if self.is_flag else shown(self, ctx)

@@ -3,16 +3,45 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2 as mc
 
 from mcp_compiler.errors import UnsupportedError, UsageError
 from mcp_compiler.ir import DataType, Layout, Model, TensorType, Value
 from mcp_compiler.names import check_name, sanitize_name  # noqa: F401 - re-exported for the emitter
 
 from .params import ServingParams
+
+
+def _model_config_pb2():  # noqa: ANN202 - the generated module
+    """tritonclient's generated ModelConfig protos, loaded without `tritonclient.grpc`'s own
+    __init__, which imports grpc and the client (25 ms of each convert, none of it used here).
+    It is registered under its own name: a later `from tritonclient.grpc import model_config_pb2`
+    gets this module (a protobuf file may be registered once)."""
+    import importlib.util
+    from pathlib import Path
+
+    name = "tritonclient.grpc.model_config_pb2"
+    if name in sys.modules:
+        return sys.modules[name]
+    package = importlib.util.find_spec("tritonclient")
+    if package is None or not package.submodule_search_locations:
+        raise ImportError("tritonclient is not installed")
+    spec = importlib.util.spec_from_file_location(
+        name, Path(package.submodule_search_locations[0]) / "grpc" / "model_config_pb2.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+mc = _model_config_pb2()
 
 # ONNX element type -> Triton data type. Triton has no FP8/INT4 tensors: quantized models keep
 # FP32/FP16/BF16 at their interface.
