@@ -108,7 +108,7 @@ _target_commands()
 
 
 def _no_bool_metavar() -> None:
-    """typer >= 0.20 prints `<bool>` beside every flag in --help (a flag takes no value): drop it."""
+    """typer 0.29 prints `<bool>` beside every flag in --help (a flag takes no value): drop it."""
     from typer.core import TyperOption
 
     shown = getattr(TyperOption, "display_type_rich", None)

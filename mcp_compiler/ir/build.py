@@ -77,11 +77,7 @@ class GraphBuilder:
         if metadata_props:
             node.metadata_props = dict(metadata_props)
         for o in outs:
-            name_ = o.name
-            if name_:
-                if name_ in scope:
-                    raise InvalidModelError(None, f"{self.where}: value name {name_!r} is defined twice")
-                scope[name_] = o
+            self._define(o)
         self.graph.nodes.append(node)
         return node
 

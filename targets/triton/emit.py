@@ -89,7 +89,7 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
             _check_ir(model)
             session_check.result()
         elif options.load_check:
-            load_check(model, vdir, backend)
+            load_check_onnx(vdir)
         if options.check is not None:
             options.check(tmp)
         files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
@@ -110,34 +110,24 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     return EmitResult(final, files, cfg, warnings)
 
 
-def load_check(model: Model, vdir: Path, backend: str) -> None:
-    """The entry's model loads in onnxruntime (a session made and dropped, no prepacked copies):
-    a model onnxruntime refuses never becomes a finished entry. For the python backend the
-    session is built from the IR just written (the runtime's own lowering of the same IR), not
-    by reading the file back: at 50k nodes the read-back was a fifth of the conversion. The
-    written file's header is checked; `mcp-cli verify` (and `--verify`) runs the runtime on it."""
+def load_check_onnx(vdir: Path) -> None:
+    """The onnxruntime backend's load check: the written model.onnx loads in onnxruntime (a
+    session made and dropped, no prepacked copies)."""
     import onnxruntime as ort
 
     from mcp_compiler.session import load_check as check
     from mcp_compiler.session import quiet_options
 
-    if backend == "python":
-        _check_header(vdir / "model.mcpir")
-        load_check_session(model)
-    else:
-        check(lambda: ort.InferenceSession(str(vdir / "model.onnx"), quiet_options(prepack=False),
-                                           providers=["CPUExecutionProvider"]), "onnxruntime")
-
-
-def load_check_session(model: Model) -> None:
-    """The python backend's load check on the IR (not the file): the runtime reader's rules
-    (_check_ir) and an onnxruntime session from the runtime's lowering of the same IR."""
-    _check_ir(model)
-    session_check_maker(model)()
+    check(lambda: ort.InferenceSession(str(vdir / "model.onnx"), quiet_options(prepack=False),
+                                       providers=["CPUExecutionProvider"]), "onnxruntime")
 
 
 def session_check_maker(model: Model):  # noqa: ANN201 - () -> None
-    """The session half of the load check: lowered now, the session made (and checked) when called."""
+    """The python backend's load check, session half: a model onnxruntime refuses never becomes a
+    finished entry. The session is built from the IR just written (the runtime's own lowering of
+    the same IR), not by reading the file back (a fifth of the conversion at 50k nodes): lowered
+    now, the session made (and checked) when called. The file's header and the IR's order are
+    checked beside it; `mcp-cli verify` (and `--verify`) runs the runtime on the file."""
     import onnxruntime as ort
 
     from mcp_compiler.session import load_check as check
