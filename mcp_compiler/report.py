@@ -3,15 +3,59 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
-
-from rich.console import Console
-from rich.table import Table
 
 if TYPE_CHECKING:   # the report renders them; importing them would load onnx at start-up
     from .api import CompileReport
     from .summary import ModelSummary
+
+
+_RICH_STRIPS = dict.fromkeys((7, 8, 11, 12, 13))   # the control characters rich's Text drops
+
+
+class _Stream:
+    """stdout or stderr. On a terminal (or where the environment asks for one: TTY_COMPATIBLE,
+    FORCE_COLOR) it is a rich Console; on a pipe or a file plain lines are written straight to the
+    stream, as that Console would write them, without importing rich (17 ms of every command)."""
+
+    def __init__(self, *, stderr: bool) -> None:
+        self.stderr = stderr
+        self._console = None
+
+    @property
+    def file(self):  # noqa: ANN202 - a text stream
+        return sys.stderr if self.stderr else sys.stdout
+
+    @property
+    def console(self):  # noqa: ANN202 - rich.console.Console
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=self.stderr, soft_wrap=True, highlight=False, emoji=False)
+        return self._console
+
+    @property
+    def is_terminal(self) -> bool:
+        if self._console is None and not _terminal_wanted(self.file):
+            return False
+        return self.console.is_terminal
+
+    def print(self, obj: Any = "", *, markup: bool | None = None) -> None:
+        if self._console is None and isinstance(obj, str) and markup is False and not _terminal_wanted(self.file):
+            self.file.write(obj.translate(_RICH_STRIPS) + "\n")
+            return
+        self.console.print(obj, markup=markup)
+
+
+def _terminal_wanted(stream) -> bool:  # noqa: ANN001 - a text stream
+    if "TTY_COMPATIBLE" in os.environ or "FORCE_COLOR" in os.environ:
+        return True
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):   # no isatty, or a closed stream
+        return False
 
 
 class Reporter:
@@ -19,8 +63,8 @@ class Reporter:
 
     def __init__(self, *, json_mode: bool = False) -> None:
         self.json_mode = json_mode
-        self.out = Console(soft_wrap=True, highlight=False)
-        self.err = Console(stderr=True, soft_wrap=True, highlight=False)
+        self.out = _Stream(stderr=False)
+        self.err = _Stream(stderr=True)
         self.payload: dict[str, Any] = {}   # the --json object, printed once by finish()/fail()
         self.done = False
 
@@ -54,7 +98,7 @@ class Reporter:
     def status(self, message: str):  # noqa: ANN201 - a context manager
         """A spinner on a terminal; nothing otherwise (CI logs stay clean)."""
         if self.err.is_terminal and not self.json_mode:
-            return self.err.status(message)
+            return self.err.console.status(message)
         import contextlib
 
         return contextlib.nullcontext()
@@ -139,6 +183,8 @@ class Reporter:
 
     def _pass_table(self, passes: list[dict]) -> None:
         if self.rich:
+            from rich.table import Table
+
             t = Table(title="passes", title_justify="left")
             for c in ("pass", "round", "modified", "ms", "nodes", "stats"):
                 t.add_column(c)
@@ -189,7 +235,7 @@ class Reporter:
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
                 with Progress(TextColumn("zoo"), BarColumn(), MofNCompleteColumn(),
-                              TextColumn("{task.description}"), console=self.err) as p:
+                              TextColumn("{task.description}"), console=self.err.console) as p:
                     task = p.add_task("", total=None)
 
                     def cb(r, done, total):  # noqa: ANN001, ANN202
@@ -235,6 +281,8 @@ class Reporter:
             self.out.print(line, markup=False)
         for title, vals in (("inputs", s.inputs), ("outputs", s.outputs)):
             if self.rich:
+                from rich.table import Table
+
                 t = Table(title=title, title_justify="left")
                 for c in ("name", "dtype", "shape", "layout"):
                     t.add_column(c)
