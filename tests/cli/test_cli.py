@@ -163,3 +163,39 @@ def test_light_commands_import_nothing_heavy(argv):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout[-500:]
+
+
+def test_piped_output_is_written_without_rich(tmp_path):
+    """On a pipe the reporter writes plain lines itself (rich, 17 ms of every command, is not
+    imported), dropping the control characters rich drops; where the environment asks for a
+    terminal (FORCE_COLOR) rich renders, as before."""
+    import os
+
+    code = ("import sys; from mcp_compiler.report import Reporter; r = Reporter()\n"
+            "r.out.print('a\\rb\\x07 [bold]c[/bold] :smile:', markup=False); r.warning('w')\n"
+            "print('rich' in sys.modules, file=sys.stderr)")
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and r.stdout == "ab [bold]c[/bold] :smile:\n", r.stdout
+    assert r.stderr == "warning: w\nFalse\n"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, "FORCE_COLOR": "1"})
+    assert r.returncode == 0 and "ab [bold]c[/bold] :smile:" in r.stdout and r.stderr.endswith("True\n")
+
+
+def test_a_named_command_is_built_alone_and_reads_the_same(tmp_path):
+    """main() builds only the command the first argument names: its help, usage errors and the
+    group's own help and suggestions are what they were."""
+    exe = [sys.executable, "-m", "mcp_compiler.cli"]
+    r = subprocess.run([*exe, "inspect", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "Usage:" in r.stdout and "inspect" in r.stdout
+    r = subprocess.run([*exe, "convert", "--bogus"], capture_output=True, text=True)
+    assert r.returncode == 2 and "No such option: --bogus" in r.stderr
+    r = subprocess.run([*exe, "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and all(c in r.stdout for c in ("convert", "inspect", "serve", "deploy", "tune"))
+    r = subprocess.run([*exe, "conver"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Did you mean 'convert'" in r.stderr
+    code = ("import sys; from mcp_compiler.cli import application as a; sys.argv = ['mcp-cli', 'passes', '--json']\n"
+            "try:\n    a.main()\nexcept SystemExit:\n    pass\n"
+            "print([c.callback.__name__ for c in a.app.registered_commands], file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stderr.strip().splitlines()[-1] == "['list_passes']", r.stderr
