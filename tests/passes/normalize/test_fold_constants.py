@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from _exact_cases import F, X, _load, _ops, _run
 from _helpers import ort_run
 from onnx import TensorProto, helper, numpy_helper
@@ -144,3 +145,67 @@ def test_a_weight_that_is_also_an_input_is_not_freed(tmp_path):
     original, model = _load(tmp_path, g)
     r = _run(FoldConstantsPass(), model)
     assert not r.modified and _ops(model) == ["Unsqueeze", "Mul", "ConstantOfShape", "Add"]
+
+
+def _moves(tmp_path, nodes, consts, opset):
+    """The fold set of a graph of constants, moved in numpy and run in onnxruntime."""
+    from mcp_compiler.frontend import load_onnx
+    from mcp_compiler.passes.normalize.fold_constants import _foldable, _move
+    from mcp_compiler.passes.normalize.fold_constants import _run as run_in_ort
+
+    outs = [helper.make_empty_tensor_value_info(o) for n in nodes for o in n.output]
+    g = helper.make_graph(nodes, "g", [], outs, [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), tmp_path / "m.onnx")
+    model = load_onnx(tmp_path / "m.onnx", check=False).model   # (outputs left untyped: whatever comes)
+    g = model.graph
+    fold = _foldable(g, {id(v) for v in g.initializers.values()})
+    assert len(fold) == len(nodes)
+    wanted = [n.outputs[0] for n in fold]
+    try:
+        ran = run_in_ort(model, g, fold, wanted, {})
+    except Exception:  # noqa: BLE001 - onnxruntime refuses it: numpy must not fold it either
+        ran = None
+    return _move(fold, wanted, {}, opset), ran
+
+
+def test_data_movement_folds_in_numpy_as_onnxruntime_computes_it(tmp_path):
+    """Reshape, Squeeze, Unsqueeze, Flatten, Identity and integer Casts of constants are moved in
+    numpy (no onnxruntime session): equal to what onnxruntime computes, dtype and shape included."""
+    c = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "i": np.array([[1], [200], [0]], np.int64),
+         "u": np.array([200, 7], np.uint8), "b": np.array([True, False]),
+         "s0": np.array([0, -1], np.int64), "s32": np.array([3, 2], np.int64), "ax": np.array([1, -1], np.int64),
+         "ax1": np.array([-1], np.int64)}
+    cases = [
+        (17, [helper.make_node("Reshape", ["a", "s0"], ["r"])]),
+        (17, [helper.make_node("Reshape", ["a", "s32"], ["r"], allowzero=1)]),
+        (17, [helper.make_node("Unsqueeze", ["a", "ax"], ["r"]), helper.make_node("Identity", ["r"], ["r2"])]),
+        (11, [helper.make_node("Unsqueeze", ["a"], ["r"], axes=[0, -1])]),
+        (11, [helper.make_node("Squeeze", ["i"], ["r"], axes=[1])]),
+        (17, [helper.make_node("Squeeze", ["i"], ["r"]), helper.make_node("Squeeze", ["i", "ax1"], ["r2"])]),
+        (17, [helper.make_node("Flatten", ["i"], ["r"], axis=0), helper.make_node("Flatten", ["a"], ["r2"], axis=-1)]),
+        (17, [helper.make_node("Cast", ["i"], ["r"], to=TensorProto.FLOAT),
+              helper.make_node("Cast", ["u"], ["r2"], to=TensorProto.INT8),    # wraps: 200 -> -56
+              helper.make_node("Cast", ["i"], ["r3"], to=TensorProto.BOOL),
+              helper.make_node("Cast", ["b"], ["r4"], to=TensorProto.INT64),
+              helper.make_node("Cast", ["r3"], ["r5"], to=TensorProto.DOUBLE)]),
+    ]
+    for opset, nodes in cases:
+        moved, ran = _moves(tmp_path, nodes, c, opset)
+        assert moved is not None and ran is not None, nodes
+        for m, r in zip(moved, ran):
+            assert m.dtype == r.dtype and m.shape == r.shape, (nodes, m, r)
+            np.testing.assert_array_equal(m, r)
+
+
+def test_what_numpy_does_not_move_is_left_to_onnxruntime(tmp_path):
+    """A float Cast, an op outside the set, or a move numpy refuses: not moved (onnxruntime runs
+    it, or refuses it too and the stats say so)."""
+    c = {"a": np.array([[1.5, np.nan, 3e10]], np.float32), "bad": np.array([4, 4], np.int64),
+         "ax0": np.array([1], np.int64)}
+    for nodes in ([helper.make_node("Cast", ["a"], ["r"], to=TensorProto.INT64)],
+                  [helper.make_node("Reshape", ["a", "bad"], ["r"])],
+                  [helper.make_node("Squeeze", ["a", "ax0"], ["r"])],
+                  [helper.make_node("Reshape", ["a", "ax0"], ["r"]), helper.make_node("Neg", ["r"], ["r2"])]):
+        moved, ran = _moves(tmp_path, nodes, c, 17)
+        assert moved is None, nodes
+    assert _moves(tmp_path, [helper.make_node("Reshape", ["a", "bad"], ["r"])], c, 17)[1] is None
