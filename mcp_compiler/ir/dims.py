@@ -29,8 +29,12 @@ class ShapeExpr:
     def symbols(self) -> list[str]:
         return [s for side in (self.lhs, self.rhs) for s in dim_symbols(side)]
 
-    def __str__(self) -> str:
-        return format_dim(self)
+    def __str__(self) -> str:   # the text is kept: shape algebra orders and keys terms by it
+        text = self.__dict__.get("_text")
+        if text is None:
+            text = format_dim(self)
+            object.__setattr__(self, "_text", text)
+        return text
 
 
 Dim = Union[int, str, ShapeExpr, None]
@@ -46,6 +50,10 @@ def format_dim(d: Dim, quote: bool = False) -> str:
     if d is None:
         return "?"
     if isinstance(d, ShapeExpr):
+        if not quote:
+            text = d.__dict__.get("_text")
+            if text is not None:
+                return text
         sym = BINARY_OPS[d.op]
         lhs, rhs = format_dim(d.lhs, quote), format_dim(d.rhs, quote)
         return f"{sym}({lhs}, {rhs})" if sym.isalpha() else f"({lhs} {sym} {rhs})"
