@@ -13,6 +13,12 @@ from .types import DataType
 # Where a tensor's bytes come from: anything numpy.frombuffer accepts without copying.
 Buffer = bytes | bytearray | memoryview
 
+# An integer (or bool) tensor this small is an operator's parameter (a shape, Slice bounds, axes,
+# indices), not a weight: folding shape arithmetic and merging ops make such tensors by design.
+PARAMETER_BYTES = 64
+_INTEGERS = frozenset({DataType.BOOL, DataType.INT8, DataType.INT16, DataType.INT32, DataType.INT64, DataType.UINT8,
+                       DataType.UINT16, DataType.UINT32, DataType.UINT64})
+
 
 class Tensor:
     """A constant: name, dtype, dims and its bytes in ONNX raw_data encoding.
@@ -73,6 +79,11 @@ class Tensor:
         if self.string_data is not None:
             return sum(len(s) for s in self.string_data)
         return len(self.raw)
+
+    @property
+    def is_parameter(self) -> bool:
+        """A small integer or bool tensor: an operator's parameter (PARAMETER_BYTES), not a weight."""
+        return self.dtype in _INTEGERS and self.nbytes <= PARAMETER_BYTES
 
     @property
     def raw(self) -> memoryview:

@@ -7,6 +7,7 @@ import hashlib
 import numpy as np
 
 from mcp_compiler.ir import AttrType, DataType, Graph, Model, Node, Tensor, TensorType
+from mcp_compiler.ir.tensor import PARAMETER_BYTES
 
 from .. import _rewrite as R
 from .._infra import ALL, Pass, PassContext, PassResult, Property
@@ -123,7 +124,7 @@ def _drop_unused(g: Graph, fold: list[Node]) -> int:
     return len(dead)
 
 
-SMALL = 64   # bytes: shape-like results fold whatever their inputs
+SMALL = PARAMETER_BYTES   # shape-like results (operator parameters) fold whatever their inputs
 
 
 def _shape_like(arr: np.ndarray) -> bool:

@@ -34,6 +34,24 @@ def test_reshape_from_own_shape_becomes_constant(tmp_path):
     assert list(model.graph.nodes[0].inputs[1].const.numpy()) == [0, 200]
 
 
+def test_a_shape_made_constant_is_not_reported_as_grown_weights(tmp_path):
+    """Reshape(t, Shape(x)) with x's shape known: the target becomes a 16-byte int64 constant. The
+    bytes of constants grow, by an operator's parameter (Tensor.is_parameter), not a weight: no warning."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from mcp_compiler.cli import app
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["t", "s"], ["y"])]
+    _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3]), helper.make_tensor_value_info("t", TP.FLOAT, [3, 2])],
+          [helper.make_tensor_value_info("y", TP.FLOAT, [2, 3])], [])
+    r = CliRunner().invoke(app, ["convert", "-i", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"), "--json"])
+    out = json.loads(r.output)
+    assert r.exit_code == 0 and out["nodes"] == 1, r.output
+    assert out["weight_bytes"] > out["input_weight_bytes"] and not any("weights grew" in w for w in out["warnings"])
+
+
 def test_reshape_to_the_same_static_shape_goes(tmp_path):
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
     m = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 6])],
@@ -56,7 +74,7 @@ def test_fold_size_limit_flag_materializes_generated_weights(tmp_path):
               [helper.make_tensor_value_info("y", TP.FLOAT, [2, 1024])],
               [numpy_helper.from_array(np.array([1024, 1024], np.int64), "shape")])
     runner = CliRunner()
-    counts = []
+    counts, grew = [], []
     for extra in ([], ["--fold-size-limit", "8"]):
         r = runner.invoke(app, ["convert", "-i", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.mcpir"), "--json",
                                 "--passes", "fold-constants,dead-code-elimination", "--force", *extra])
@@ -64,7 +82,8 @@ def test_fold_size_limit_flag_materializes_generated_weights(tmp_path):
         import json
 
         counts.append(json.loads(r.output)["nodes"])
-    assert counts == [2, 1]
+        grew.append(any("the weights grew" in w for w in json.loads(r.output)["warnings"]))
+    assert counts == [2, 1] and grew == [False, True]   # the user is told the 4 MB weight was stored
     r = runner.invoke(app, ["convert", "-i", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.mcpir"),
                             "--fold-size-limit", "-1"])
     assert r.exit_code == 2 and "--fold-size-limit must be between 0" in r.output
