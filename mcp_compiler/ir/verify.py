@@ -39,16 +39,17 @@ def _graph(g: Graph, outer: list[set[int]], where: str = "graph") -> None:
     scopes = [*outer, defined]
     use_sets: dict[int, set[tuple[int, int]]] = {}
     for n in g.nodes:
-        for i, v in enumerate(n.inputs):
+        for i, v in enumerate(n._inputs):   # (the list itself: n.inputs makes a tuple per call)
             if v is None:
                 continue
-            if not any(id(v) in s for s in scopes):
+            if id(v) not in defined and not any(id(v) in s for s in outer):
                 raise IRVerificationError(f"{where} {g.name!r}: node {n.name or n.op_type!r} input "
                                           f"{v.name!r} is not defined before it")
-            if (id(n), i) not in _uses(v, use_sets):
+            if not _used_by(v, n, i, use_sets):
                 raise IRVerificationError(f"{where}: use list of {v.name!r} misses {n.op_type} input {i}")
-        for sub in n.subgraphs():
-            _graph(sub, scopes, where=f"{where}/{n.name or n.op_type}")
+        if n.attributes:
+            for sub in n.subgraphs():
+                _graph(sub, scopes, where=f"{where}/{n.name or n.op_type}")
         for i, o in enumerate(n.outputs):
             if o.producer is not n or o.output_index != i:
                 raise IRVerificationError(f"{where}: {o.name!r} does not name its producer")
@@ -59,8 +60,17 @@ def _graph(g: Graph, outer: list[set[int]], where: str = "graph") -> None:
     for n in g.nodes:
         for o in n.outputs:
             for user, idx in o.uses:
-                if user.inputs[idx] is not o:
+                if user._inputs[idx] is not o:
                     raise IRVerificationError(f"{where}: stale use of {o.name!r} by {user.op_type}")
+
+
+def _used_by(v: Value, n, i: int, cache: dict[int, set[tuple[int, int]]]) -> bool:  # noqa: ANN001 - a Node
+    """(n, i) is among v's uses: looked through for a few uses, through a set for many (a weight
+    shared by every layer has thousands: a scan per input would make the check quadratic)."""
+    uses = v.uses
+    if len(uses) <= 8:
+        return any(u is n and j == i for u, j in uses)
+    return (id(n), i) in _uses(v, cache)
 
 
 def _uses(v: Value, cache: dict[int, set[tuple[int, int]]]) -> set[tuple[int, int]]:
