@@ -35,9 +35,7 @@ def to_onnx(model: Model, *, sink: TensorSink | None = None, value_info: bool = 
         model_version=model.model_version, doc_string=model.doc_string)
     for dom, ver in model.opset_imports.items():
         p.opset_import.add(domain=dom, version=ver)
-    p.graph.CopyFrom(lw.graph(model.graph))
-    if not value_info:
-        del p.graph.value_info[:]
+    lw.graph(model.graph, into=p.graph, value_info=value_info)   # built in place: a CopyFrom copies it all
     _set_props(p.metadata_props, model.metadata_props)
     for f in model.functions:
         p.functions.append(lw.function(f))
@@ -92,14 +90,16 @@ class _Lowering:
         _set_props(fp.metadata_props, f.metadata_props)
         return fp
 
-    def graph(self, g: Graph) -> onnx.GraphProto:
-        gp = onnx.GraphProto(name=g.name, doc_string=g.doc_string)
+    def graph(self, g: Graph, into: onnx.GraphProto | None = None, value_info: bool = True) -> onnx.GraphProto:
+        gp = onnx.GraphProto() if into is None else into
+        gp.name, gp.doc_string = g.name, g.doc_string
         gp.input.extend(self.value_info(v) for v in g.inputs)
         gp.output.extend(self.value_info(v) for v in g.outputs)
         gp.initializer.extend(self.tensor(v.const) for v in g.initializers.values())
         gp.sparse_initializer.extend(self.sparse(v.const) for v in g.sparse_initializers.values())
         gp.node.extend(self.node(n) for n in g.nodes)
-        gp.value_info.extend(self.value_info(v) for v in g.value_info.values())
+        if value_info:
+            gp.value_info.extend(self.value_info(v) for v in g.value_info.values())
         _set_props(gp.metadata_props, g.metadata_props)
         return gp
 
@@ -135,7 +135,7 @@ class _Lowering:
         elif k == AttrType.TENSOR:
             ap.t.CopyFrom(self.tensor(v))
         elif k == AttrType.GRAPH:
-            ap.g.CopyFrom(self.graph(v))
+            self.graph(v, into=ap.g)
         elif k == AttrType.FLOATS:
             ap.floats.extend(v)
         elif k == AttrType.INTS:
@@ -145,7 +145,8 @@ class _Lowering:
         elif k == AttrType.TENSORS:
             ap.tensors.extend(self.tensor(t) for t in v)
         elif k == AttrType.GRAPHS:
-            ap.graphs.extend(self.graph(g) for g in v)
+            for g in v:
+                self.graph(g, into=ap.graphs.add())
         elif k == AttrType.SPARSE_TENSOR:
             ap.sparse_tensor.CopyFrom(self.sparse(v))
         elif k == AttrType.SPARSE_TENSORS:
