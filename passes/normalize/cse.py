@@ -50,16 +50,21 @@ class CommonSubexpressionEliminationPass(Pass):
         return PassResult(model, merged > 0, {"nodes_merged": merged})
 
 
+# Attribute kinds a key cannot hold (a subgraph, a tensor: compared by identity they would never match).
+_UNKEYED = frozenset({AttrType.GRAPH, AttrType.GRAPHS, AttrType.TENSOR, AttrType.TENSORS, AttrType.SPARSE_TENSOR,
+                      AttrType.SPARSE_TENSORS, AttrType.TYPE_PROTO, AttrType.TYPE_PROTOS})
+
+
 def _key(n: Node) -> tuple | None:
     if n.op_type in _NONDETERMINISTIC:
         return None
+    ins = tuple([None if v is None else id(v) for v in n._inputs])
+    if not n.attributes:   # (most nodes)
+        return (n.op_type, n.domain, n.overload, len(n.outputs), ins, ())
     attrs = []
     for a in n.attributes.values():
-        if a.type in (AttrType.GRAPH, AttrType.GRAPHS, AttrType.TENSOR, AttrType.TENSORS,
-                      AttrType.SPARSE_TENSOR, AttrType.SPARSE_TENSORS, AttrType.TYPE_PROTO,
-                      AttrType.TYPE_PROTOS) or a.ref_attr_name:
+        if a.type in _UNKEYED or a.ref_attr_name:
             return None
         v = tuple(a.value) if isinstance(a.value, list) else a.value
         attrs.append((a.name, int(a.type), v))
-    return (n.op_type, n.domain, n.overload, len(n.outputs),
-            tuple(id(v) if v is not None else None for v in n.inputs), tuple(sorted(attrs)))
+    return (n.op_type, n.domain, n.overload, len(n.outputs), ins, tuple(sorted(attrs)))
