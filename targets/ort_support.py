@@ -151,9 +151,16 @@ def _max_opset() -> int:
     return 7
 
 
+def _versions(domain: str, op: str, newest: int) -> list[int]:
+    """Every since_version of op's schema up to opset `newest`."""
+    return sorted({v for v in (since_version(domain, op, o) for o in range(1, newest + 1)) if v is not None})
+
+
 def build(path: Path = TABLE, models: list[Path] = ()) -> dict:
-    """Probe every node of the ONNX node conformance cases and of `models` (with their types)
-    and write the table."""
+    """Probe every node of the ONNX node conformance cases and of `models` (with their types),
+    at its model's opset and at each earlier version of its schema (models of older opsets use
+    the same ops with the same types: a key missing from the table costs a live probe, some
+    4 ms, on every conversion), and write the table."""
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings():
@@ -168,8 +175,11 @@ def build(path: Path = TABLE, models: list[Path] = ()) -> dict:
         consts = {t.name: t for t in m.graph.initializer}
         opsets = {o.domain: o.version for o in m.opset_import}
         for n in m.graph.node:
-            table.supports(n, [types.get(i) for i in n.input], [types.get(o) for o in n.output],
-                           opsets, consts)
+            ins, outs = [types.get(i) for i in n.input], [types.get(o) for o in n.output]
+            table.supports(n, ins, outs, opsets, consts)
+            if n.domain in ("", "ai.onnx"):
+                for v in _versions(n.domain, n.op_type, min(opsets.get(n.domain, 1), table.max_opset)):
+                    table.supports(n, ins, outs, {**opsets, n.domain: v}, consts)
     data = {"runtime": table.runtime, "max_opset": table.max_opset,
             "source": "one-node probes of the nodes of onnx's node conformance cases "
                       f"(onnx {onnx.__version__}) and {len(models)} more models",
