@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,10 +175,17 @@ class _Encoder:
                 self.b.StartVector(4, 0, 4)
                 self._empty = self.b.EndVector()
             return self._empty
-        self.b.StartVector(4, len(offsets), 4)
-        for o in reversed(offsets):
-            self.b.PrependUOffsetTRelative(o)
-        return self.b.EndVector()
+        # What StartVector + PrependUOffsetTRelative per element (last first) + EndVector write,
+        # in one pack (the builder's per-element calls were a third of the writer's time):
+        # element i, written at head + 4 i, holds the distance from its own position to the
+        # object at offset o (offsets count from the buffer's end).
+        b, n = self.b, len(offsets)
+        b.StartVector(4, n, 4)   # aligns and makes room for the n elements
+        head = b.head - 4 * n
+        end = len(b.Bytes)
+        struct.pack_into(f"<{n}I", b.Bytes, head, *[end - head - 4 * i - o for i, o in enumerate(offsets)])
+        b.head = head
+        return b.EndVector()
 
     def strings(self, items) -> int:  # noqa: ANN001
         return self.vec([self.shared(x) for x in items])
