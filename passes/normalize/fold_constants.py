@@ -22,7 +22,9 @@ class FoldConstantsPass(Pass):
     branches, Loop and Scan bodies: constants of the graphs around them are constants there).
 
     A graph's foldable nodes are evaluated in one onnxruntime session (the runtime the target runs
-    on, so folded values are the ones it would compute). Not applied to random ops, nodes with
+    on, so folded values are the ones it would compute); a set of data-movement ops only (Reshape,
+    Squeeze, Unsqueeze, Flatten, Identity, integer Casts) is moved in numpy, which computes the
+    same bytes, without a session. Not applied to random ops, nodes with
     subgraphs, non-default domains, values that are graph outputs, results of a dtype numpy cannot
     hold, or results bigger than the constants they replace (a result other than a small integer is
     stored only where the constants it is made from go with it: the weights never grow; a model
