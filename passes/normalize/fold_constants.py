@@ -254,6 +254,9 @@ def _move(fold: list[Node], wanted: list, outer: dict[int, np.ndarray], opset: i
 
     try:
         for n in fold:
+            if n.op_type == "Shape" and _static_shape(n) is not None and not n.attributes:
+                env[id(n.outputs[0])] = np.asarray(_static_shape(n), dtype=np.int64)   # of a non-constant
+                continue
             ins = [value(v) if v is not None else None for v in n.inputs]
             env[id(n.outputs[0])] = _moved(n, ins, opset)
         return [np.array(env[id(v)]) for v in wanted]
@@ -264,10 +267,10 @@ def _move(fold: list[Node], wanted: list, outer: dict[int, np.ndarray], opset: i
 def _moved(n: Node, ins: list, opset: int) -> np.ndarray:
     attr = {k: a.value for k, a in n.attributes.items()}
     op, x = n.op_type, ins[0]
-    if op == "Shape":
-        return np.asarray(_static_shape(n), dtype=np.int64)
-    if len(n.outputs) != 1 or x is None:
+    if len(n.outputs) != 1 or x is None or (op == "Shape" and n.attributes):   # start/end: onnxruntime's
         raise ValueError(op)
+    if op == "Shape":   # of a constant
+        return np.asarray(x.shape, dtype=np.int64)
     if op == "Identity":
         return x
     if op == "Reshape":

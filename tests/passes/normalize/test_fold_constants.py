@@ -174,7 +174,7 @@ def test_data_movement_folds_in_numpy_as_onnxruntime_computes_it(tmp_path):
     c = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "i": np.array([[1], [200], [0]], np.int64),
          "u": np.array([200, 7], np.uint8), "b": np.array([True, False]),
          "s0": np.array([0, -1], np.int64), "s32": np.array([3, 2], np.int64), "ax": np.array([1, -1], np.int64),
-         "ax1": np.array([-1], np.int64)}
+         "ax1": np.array([-1], np.int64), "six": np.arange(6, dtype=np.int64)}
     cases = [
         (17, [helper.make_node("Reshape", ["a", "s0"], ["r"])]),
         (17, [helper.make_node("Reshape", ["a", "s32"], ["r"], allowzero=1)]),
@@ -183,6 +183,7 @@ def test_data_movement_folds_in_numpy_as_onnxruntime_computes_it(tmp_path):
         (11, [helper.make_node("Squeeze", ["i"], ["r"], axes=[1])]),
         (17, [helper.make_node("Squeeze", ["i"], ["r"]), helper.make_node("Squeeze", ["i", "ax1"], ["r2"])]),
         (17, [helper.make_node("Flatten", ["i"], ["r"], axis=0), helper.make_node("Flatten", ["a"], ["r2"], axis=-1)]),
+        (17, [helper.make_node("Shape", ["a"], ["r"]), helper.make_node("Reshape", ["six", "r"], ["r2"])]),
         (17, [helper.make_node("Cast", ["i"], ["r"], to=TensorProto.FLOAT),
               helper.make_node("Cast", ["u"], ["r2"], to=TensorProto.INT8),    # wraps: 200 -> -56
               helper.make_node("Cast", ["i"], ["r3"], to=TensorProto.BOOL),
@@ -205,6 +206,7 @@ def test_what_numpy_does_not_move_is_left_to_onnxruntime(tmp_path):
     for nodes in ([helper.make_node("Cast", ["a"], ["r"], to=TensorProto.INT64)],
                   [helper.make_node("Reshape", ["a", "bad"], ["r"])],
                   [helper.make_node("Squeeze", ["a", "ax0"], ["r"])],
+                  [helper.make_node("Shape", ["a"], ["r"], start=1)],   # start/end: left to onnxruntime
                   [helper.make_node("Reshape", ["a", "ax0"], ["r"]), helper.make_node("Neg", ["r"], ["r2"])]):
         moved, ran = _moves(tmp_path, nodes, c, 17)
         assert moved is None, nodes
