@@ -44,7 +44,9 @@ class _Stream:
 
     def print(self, obj: Any = "", *, markup: bool | None = None) -> None:
         if self._console is None and isinstance(obj, str) and markup is False and not _terminal_wanted(self.file):
-            self.file.write(obj.translate(_RICH_STRIPS) + "\n")
+            f = self.file
+            f.write(obj.translate(_RICH_STRIPS) + "\n")
+            f.flush()   # as rich does after every print: a piped `serve` shows its lines as they come
             return
         self.console.print(obj, markup=markup)
 

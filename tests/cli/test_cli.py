@@ -199,3 +199,27 @@ def test_a_named_command_is_built_alone_and_reads_the_same(tmp_path):
             "print([c.callback.__name__ for c in a.app.registered_commands], file=sys.stderr)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stderr.strip().splitlines()[-1] == "['list_passes']", r.stderr
+
+
+def test_plain_lines_are_flushed_as_they_are_written(monkeypatch):
+    """A piped `mcp-cli serve | tee log` shows each line when it is printed (rich flushed after
+    every print; the plain path does too)."""
+    import io
+
+    from mcp_compiler.report import Reporter
+
+    class Pipe(io.StringIO):
+        flushes = 0
+
+        def isatty(self) -> bool:
+            return False
+
+        def flush(self) -> None:
+            self.flushes += 1
+
+    pipe = Pipe()
+    monkeypatch.setattr(sys, "stdout", pipe)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    Reporter().out.print("Triton is serving repo", markup=False)
+    assert pipe.getvalue() == "Triton is serving repo\n" and pipe.flushes == 1
