@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import machine, measure, ort_session, versions, zoo_models
 from _results import table, write_section
 
-from mcp_compiler.ir.tensor import PARAMETER_BYTES
+from mcp_compiler.ir.tensor import INTEGER_TYPES, PARAMETER_BYTES
 
 HERE = Path(__file__).resolve().parent
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -194,10 +194,6 @@ def latencies(paths: dict[str, Path], feeds: dict, reps: int) -> dict[str, str]:
 TOOLS = ("mcp-cli", "onnxslim", "onnxsim", "ORT basic")
 
 
-PARAMETER_TYPES = {TensorProto.BOOL, TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
-                   TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
-
-
 def weight_bytes(path: Path) -> tuple[int, int]:
     """Bytes of the initializers and of Constant-node tensors (paddle2onnx keeps weights there):
     all of them, and the weights proper, leaving out operators' parameters (integer tensors of at
@@ -214,7 +210,7 @@ def weight_bytes(path: Path) -> tuple[int, int]:
         else:
             size = onnx.numpy_helper.to_array(t).nbytes
         total += size
-        proper += 0 if t.data_type in PARAMETER_TYPES and size <= PARAMETER_BYTES else size
+        proper += 0 if t.data_type in INTEGER_TYPES and size <= PARAMETER_BYTES else size
     return total, proper
 
 

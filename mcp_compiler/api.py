@@ -72,8 +72,7 @@ def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
     output = _check_paths(input, output, options, target)
     clock = _Clock()
     model, fmt, warnings = _load(input, options)
-    weights_in = sum(t.nbytes for t in model.tensors())   # what summarize() counts as weight bytes, without its walk
-    grown_from = _weights_proper(model)
+    weights_in, grown_from = _weight_bytes(model)   # what summarize() counts, without its walk; weights proper
     samples = _calibration(model, options)
     checked = _selection_samples(input, fmt, samples, options)
     clock.lap("load")
@@ -82,7 +81,7 @@ def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
     clock.lap("passes")
     report = _report(input, output, model, fmt, warnings, records, options)
     report.input_weight_bytes = weights_in
-    if _weights_proper(model) > grown_from:   # (a folded shape, merged Slice bounds: parameters, not weights)
+    if _weight_bytes(model)[1] > grown_from:   # (a folded shape, merged Slice bounds: parameters, not weights)
         report.warnings.append(f"the weights grew from {weights_in} to {report.weight_bytes} bytes "
                                "(constant folding materialized generated tensors: --fold-size-limit)")
     if options.quantize is not None:
@@ -93,9 +92,14 @@ def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
     return _finish(report, clock)
 
 
-def _weights_proper(model: Model) -> int:
-    """Bytes of the weights but the operators' small integer parameters (Tensor.is_parameter)."""
-    return sum(t.nbytes for t in model.tensors() if not t.is_parameter)
+def _weight_bytes(model: Model) -> tuple[int, int]:
+    """Bytes of every constant tensor, and of the weights proper: all but the operators' small
+    integer parameters (Tensor.is_parameter); one walk."""
+    total = proper = 0
+    for t in model.tensors():
+        total += t.nbytes
+        proper += 0 if t.is_parameter else t.nbytes
+    return total, proper
 
 
 def _finish(report: CompileReport, clock: _Clock) -> CompileReport:

@@ -16,8 +16,8 @@ Buffer = bytes | bytearray | memoryview
 # An integer (or bool) tensor this small is an operator's parameter (a shape, Slice bounds, axes,
 # indices), not a weight: folding shape arithmetic and merging ops make such tensors by design.
 PARAMETER_BYTES = 64
-_INTEGERS = frozenset({DataType.BOOL, DataType.INT8, DataType.INT16, DataType.INT32, DataType.INT64, DataType.UINT8,
-                       DataType.UINT16, DataType.UINT32, DataType.UINT64})
+INTEGER_TYPES = frozenset({DataType.BOOL, DataType.INT8, DataType.INT16, DataType.INT32, DataType.INT64,
+                           DataType.UINT8, DataType.UINT16, DataType.UINT32, DataType.UINT64})
 
 
 class Tensor:
@@ -83,7 +83,7 @@ class Tensor:
     @property
     def is_parameter(self) -> bool:
         """A small integer or bool tensor: an operator's parameter (PARAMETER_BYTES), not a weight."""
-        return self.dtype in _INTEGERS and self.nbytes <= PARAMETER_BYTES
+        return self.dtype in INTEGER_TYPES and self.nbytes <= PARAMETER_BYTES
 
     @property
     def raw(self) -> memoryview:

@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 
 from mcp_compiler.ir import AttrType, DataType, Graph, Model, Node, Tensor, TensorType
-from mcp_compiler.ir.tensor import PARAMETER_BYTES
+from mcp_compiler.ir.tensor import INTEGER_TYPES, PARAMETER_BYTES
 
 from .. import _rewrite as R
 from .._infra import ALL, Pass, PassContext, PassResult, Property
@@ -126,14 +126,13 @@ def _drop_unused(g: Graph, fold: list[Node]) -> int:
     return len(dead)
 
 
-SMALL = PARAMETER_BYTES   # shape-like results (operator parameters) fold whatever their inputs
 
 
 def _shape_like(arr: np.ndarray) -> bool:
     """A small integer or bool result (shape arithmetic, indices, conditions): stored whatever it
     is made from. A small float is a weight like any other (ConstantOfShape of one value makes
     a model's weights at run time: storing them grows the file)."""
-    return arr.nbytes <= SMALL and arr.dtype.kind in "biu"
+    return arr.nbytes <= PARAMETER_BYTES and arr.dtype.kind in "biu"   # (an array's Tensor.is_parameter)
 
 
 def _storable(fold: list[Node], folded: set[int], wanted: list, values: list, limit: int | None,
@@ -237,8 +236,7 @@ def _evaluate(model: Model, g: Graph, fold: list[Node], wanted: list,
 # way in numpy and in onnxruntime (float sources are left to onnxruntime: NaN and out-of-range
 # conversions, double rounding to float16).
 _MOVES = {"Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Cast", "Shape"}
-_CAST_TO = {DataType.BOOL, DataType.INT8, DataType.INT16, DataType.INT32, DataType.INT64, DataType.UINT8,
-            DataType.UINT16, DataType.UINT32, DataType.UINT64, DataType.FLOAT, DataType.DOUBLE}
+_CAST_TO = INTEGER_TYPES | {DataType.FLOAT, DataType.DOUBLE}
 
 
 def _move(fold: list[Node], wanted: list, outer: dict[int, np.ndarray], opset: int) -> list[np.ndarray] | None:
