@@ -71,10 +71,10 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
 
     warnings: list[str] = []
     # The checker and shape inference serialize the whole model (twice each): hand them a copy
-    # with the big initializers as typed graph inputs instead, then put the weights back.
-    light, added = _without_big_initializers(proto) if not ext.files else (proto, [])
-    moved = light is not proto
-    main_initializers = None   # set when the main graph's initializers come from the original
+    # with the big initializers and Constants as typed graph inputs instead, then put the weights
+    # back.
+    light, added, moved = _without_big_tensors(proto) if not ext.files else (proto, [], set())
+    main_initializers = main_nodes = None   # set when the main graph's come from the original
     if check:
         try:
             if ext.files:
@@ -87,8 +87,9 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
     if infer_shapes:
         try:
             inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False)
-            if moved:
+            if light is not proto:
                 main_initializers = proto.graph.initializer
+                main_nodes = _merged_nodes(proto.graph.node, inferred.graph.node, moved)
                 proto = _drop_inputs(inferred, added)
             else:
                 proto = inferred
@@ -97,7 +98,7 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
     del light
 
     importer = _Importer(path, ext)
-    importer.main_initializers = main_initializers
+    importer.main_initializers, importer.main_nodes = main_initializers, main_nodes
     try:
         model = importer.model(proto)
     except InvalidModelError as e:
@@ -107,31 +108,54 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
     return LoadedModel(model, path, warnings, list(ext.files))
 
 
-_BIG_INITIALIZER = 1 << 16   # bytes; smaller ones stay (shape inference reads shapes from them)
+_BIG_TENSOR = 1 << 16   # bytes; smaller ones stay (shape inference reads shapes from them)
 
 
-def _without_big_initializers(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
-    """A model like `proto` whose large main-graph initializers are graph inputs of their type
-    (built field by field: the weights are never copied), and the inputs it added."""
+def _without_big_tensors(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str], set[int]]:
+    """A model like `proto` whose large main-graph initializers and Constant nodes are graph
+    inputs of their type (built field by field: the weights are never copied), the inputs it
+    added, and the indexes of the Constant nodes it left out. (Exporters such as paddle2onnx put
+    every weight in a Constant: 10 MB serialized four times was a third of a small model's load.)"""
     g = proto.graph
-    big = {t.name for t in g.initializer if t.ByteSize() > _BIG_INITIALIZER}
-    if not big:
-        return proto, []
-    light = onnx.ModelProto()
-    _copy_fields(light, proto, skip="graph")
-    _copy_fields(light.graph, g, skip="initializer")
-    light.graph.initializer.extend(t for t in g.initializer if t.name not in big)
+    big = {t.name for t in g.initializer if t.ByteSize() > _BIG_TENSOR}
     inputs = {vi.name for vi in g.input}
-    stand_ins = [onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims)
-                 for t in g.initializer if t.name in big and t.name not in inputs]
+    taken = inputs | {t.name for t in g.initializer}   # a Constant redefining one stays for the checker
+    moved = {i for i, n in enumerate(g.node) if _big_constant(n) and n.output[0] not in taken}
+    if not big and not moved:
+        return proto, [], set()
+    light = onnx.ModelProto()
+    _copy_fields(light, proto, skip=("graph",))
+    _copy_fields(light.graph, g, skip=("initializer", "node"))
+    light.graph.initializer.extend(t for t in g.initializer if t.name not in big)
+    light.graph.node.extend(n for i, n in enumerate(g.node) if i not in moved)
+    make = onnx.helper.make_tensor_value_info
+    stand_ins = [make(t.name, t.data_type, t.dims) for t in g.initializer if t.name in big and t.name not in inputs]
+    stand_ins += [make(g.node[i].output[0], g.node[i].attribute[0].t.data_type, g.node[i].attribute[0].t.dims)
+                  for i in sorted(moved)]
     light.graph.input.extend(stand_ins)
-    return light, [vi.name for vi in stand_ins]
+    return light, [vi.name for vi in stand_ins], moved
 
 
-def _copy_fields(dst, src, skip: str) -> None:  # noqa: ANN001 - two protobuf messages of one type
-    """Copy every set field of `src` but `skip` into `dst` (repeated ones appended)."""
+def _big_constant(n: onnx.NodeProto) -> bool:
+    """A Constant of the default domain holding one large `value` tensor, and nothing else."""
+    return (n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.output) == 1 and n.output[0] != ""
+            and len(n.attribute) == 1 and n.attribute[0].name == "value" and n.attribute[0].HasField("t")
+            and n.ByteSize() > _BIG_TENSOR)
+
+
+def _merged_nodes(original, inferred, moved: set[int]) -> list:  # noqa: ANN001 - repeated NodeProto fields
+    """The main graph's nodes in their order: the Constants left out of the light model from the
+    original, every other one from the inferred model (its subgraphs carry the inferred shapes)."""
+    if len(inferred) != len(original) - len(moved):
+        raise RuntimeError(f"shape inference returned {len(inferred)} nodes for {len(original) - len(moved)}")
+    rest = iter(inferred)
+    return [n if i in moved else next(rest) for i, n in enumerate(original)]
+
+
+def _copy_fields(dst, src, skip: tuple[str, ...]) -> None:  # noqa: ANN001 - two protobuf messages of one type
+    """Copy every set field of `src` but those in `skip` into `dst` (repeated ones appended)."""
     for fld, _ in src.ListFields():
-        if fld.name == skip:
+        if fld.name in skip:
             continue
         repeated = fld.is_repeated if hasattr(fld, "is_repeated") else fld.label == fld.LABEL_REPEATED
         if repeated:   # protobuf 6.31+ deprecates .label
@@ -143,8 +167,8 @@ def _copy_fields(dst, src, skip: str) -> None:  # noqa: ANN001 - two protobuf me
 
 
 def _drop_inputs(inferred: onnx.ModelProto, added: list[str]) -> onnx.ModelProto:
-    """`inferred` (made from _without_big_initializers) without the inputs that stood in for the
-    big initializers; the importer reads those from the original (_Importer.main_initializers)."""
+    """`inferred` (made from _without_big_tensors) without the inputs that stood in for the big
+    tensors; the importer reads those from the original (_Importer.main_initializers, main_nodes)."""
     gone = set(added)
     keep = [vi for vi in inferred.graph.input if vi.name not in gone]
     del inferred.graph.input[:]
@@ -291,6 +315,7 @@ class _Importer:
         self.types: dict[tuple, TensorType] = {}
         self.by_bytes: dict[bytes, Type] = {}   # a serialized TypeProto -> its type (types are immutable)
         self.main_initializers = None   # the main graph's initializers, when not in the proto
+        self.main_nodes = None          # and its nodes
 
     # -- model, functions ---------------------------------------------------------------------
     def model(self, p: onnx.ModelProto) -> Model:
@@ -350,7 +375,10 @@ class _Importer:
         for s in g.sparse_initializer:
             st = self.sparse(s)
             b.add_initializer(Value(st.name, const=st), sparse=True)
-        for n in g.node:
+        nodes = g.node
+        if parent is None and self.main_nodes is not None:
+            nodes, self.main_nodes = self.main_nodes, None
+        for n in nodes:
             self.node(b, n)
         for vi in g.output:
             v = b.add_output(_text(vi.name, f"{where}: an output name"))
