@@ -63,14 +63,16 @@ def build(form: Linear) -> Dim:
     if out is None:
         return const
     if const > 0:
-        return ShapeExpr("add", out, const)
-    if const < 0:
-        return ShapeExpr("sub", out, -const)
+        out = ShapeExpr("add", out, const)
+    elif const < 0:
+        out = ShapeExpr("sub", out, -const)
+    if isinstance(out, ShapeExpr):
+        object.__setattr__(out, "_normal", True)   # norm() need not work it out again
     return out
 
 
 def norm(d: Dim) -> Dim:
-    if d is None or type(d) is int or type(d) is str:   # already normal (most dims)
+    if d is None or type(d) is int or type(d) is str or "_normal" in d.__dict__:   # already normal (most dims)
         return d
     return build(linear(d))
 

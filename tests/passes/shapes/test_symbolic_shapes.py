@@ -44,6 +44,22 @@ def test_algebra_normal_form():
     assert str(A.add(A.floor_div(A.sub(h, 1), 32), 1)) == "(((H - 1) // 32) + 1)"
 
 
+def test_what_the_algebra_builds_is_already_normal():
+    # norm() returns an expression the algebra built as it is: that holds only if building the
+    # form of such an expression again gives the same expression
+    h, w = "H", "W"
+    made = [A.add(A.mul(h, 2), 3), A.sub(w, A.mul(h, 3)), A.floor_div(A.sub(h, 1), 2), A.mul(A.add(h, 1), w),
+            A.add(A.floor_div(A.add(h, 1), 2), A.floor_div(A.sub(w, 3), 4)), A.ceil_div(A.mul(h, w), 8),
+            A.sub(A.dmin(h, w), 1), A.mul(A.floor_div(h, 2), A.add(w, -5)), A.sub(3, A.mul(w, h))]
+    for e in made:
+        assert isinstance(e, ShapeExpr), e
+        assert A.norm(e) is e
+        again = A.build(A.linear(e))
+        assert again == e and str(again) == str(e)
+    unmade = ShapeExpr("add", ShapeExpr("add", h, 1), ShapeExpr("sub", h, 1))   # as a model may state it
+    assert A.norm(unmade) == A.mul(h, 2)
+
+
 def _check_against_ort(model, feeds: dict) -> tuple[int, int]:
     """Every node output's inferred dims, evaluated at the feeds' sizes, equal onnxruntime's
     shapes; returns (dims checked, dims that were symbols inference could not tie to inputs)."""
