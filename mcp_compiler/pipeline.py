@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .errors import UsageError
 from .options import PipelineOptions
 from .passes import PASSES, Pass, PassContext, PassManager, Repeat
 from .passes import normalize as N
 from .passes.layout import LayoutNhwcPass
-from .passes.quantize import QuantizeOptions, quantize_pass, required_opset
 from .passes.rewrite import UpgradeOpsetPass
 from .passes.shapes import SymbolicShapesPass
+
+if TYPE_CHECKING:
+    from .passes.quantize import QuantizeOptions
 
 
 def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # noqa: ANN001
@@ -18,6 +22,8 @@ def default_pipeline(target=None, quantize: QuantizeOptions | None = None,  # no
     cleans up after onnx's version converter and the fusions may use the newer ops),
     normalization, fusions, the NHWC interface (--layout nhwc), quantization, then the
     target's own rewrite rules and shape inference."""
+    if quantize is not None:
+        from .passes.quantize import quantize_pass, required_opset
     need = max(opset or 0, required_opset(quantize) if quantize else 0)
     steps: list[Pass | Repeat] = [UpgradeOpsetPass(need)] if need else []
     steps += [

@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
+
 from ._infra import (
     ALL,
     REWRITES,
@@ -42,27 +45,48 @@ from .normalize import (
     SimplifyReshapePass,
     SimplifySoftmaxPass,
 )
-from .quantize import QuantizeFp8Pass, QuantizeHalfPass, QuantizeInt4Pass
 from .rewrite import LegalizePass, UpgradeOpsetPass
 from .shapes import SymbolicShapesPass
 
 
-def _table(*classes: type[Pass]) -> dict[str, type[Pass]]:
-    table: dict[str, type[Pass]] = {}
-    for c in classes:
-        if c.name in table:
-            raise ValueError(f"two passes named {c.name!r}")
-        table[c.name] = c
-    return table
+class _PassTable(Mapping[str, "type[Pass]"]):
+    """Pass classes by name, in the order given. An entry given as (name, "module:Class") is
+    imported when it is first looked up: quantization's passes and numerics are not loaded by a
+    conversion that does not quantize."""
+
+    def __init__(self, *entries: type[Pass] | tuple[str, str]) -> None:
+        self._entries: dict[str, type[Pass] | str] = {}
+        for e in entries:
+            name, where = e if isinstance(e, tuple) else (e.name, e)
+            if name in self._entries:
+                raise ValueError(f"two passes named {name!r}")
+            self._entries[name] = where
+
+    def __getitem__(self, name: str) -> type[Pass]:
+        where = self._entries[name]
+        if isinstance(where, str):
+            module, _, cls = where.partition(":")
+            where = self._entries[name] = getattr(importlib.import_module(module, __name__), cls)
+            if where.name != name:
+                raise ValueError(f"pass table: {name!r} names {cls}, whose name is {where.name!r}")
+        return where
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
-PASSES: dict[str, type[Pass]] = _table(   # in default-pipeline order (`mcp-cli passes` lists them so)
+PASSES: Mapping[str, type[Pass]] = _PassTable(   # in default-pipeline order (`mcp-cli passes` lists them so)
     UpgradeOpsetPass, ConstantToInitializerPass, FoldConstantsPass, FoldShapeValuesPass, InlineConstantIfPass, IdentityEliminationPass,
     SimplifyCastsPass, MergeSlicesPass, OptimizeTransposesPass,
     CommonSubexpressionEliminationPass, SimplifyReshapePass, DeadCodeEliminationPass, SymbolicShapesPass,
     SimplifySoftmaxPass, FoldBatchNormPass, FoldConvAffinePass, FuseClipPass, FuseHardSwishPass,
     FuseLayerNormPass, FuseGeluPass, MatMulAddToGemmPass, LayoutNhwcPass, DeduplicateWeightsPass,
-    QuantizeInt4Pass, QuantizeFp8Pass, QuantizeHalfPass, LegalizePass,
+    ("quantize-int4", ".quantize:QuantizeInt4Pass"), ("quantize-fp8", ".quantize:QuantizeFp8Pass"),
+    ("quantize-half", ".quantize:QuantizeHalfPass"),
+    LegalizePass,
 )
 
 __all__ = ["ALL", "PASSES", "REWRITES", "ContractError", "Pass", "PassContext", "PassError", "PassManager", "PassRecord", "PassResult",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import abc
 import enum
-import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +12,12 @@ from typing import Any, ClassVar
 from mcp_compiler.errors import McpError
 from mcp_compiler.ir import Model
 
-_IR_LOG = logging.getLogger("mcp_compiler.ir")   # --print-ir-after writes here
+
+def _ir_log():  # noqa: ANN202 - logging.Logger (logging is imported when something is printed)
+    """The logger --print-ir-after and --time-passes write to (the CLI sends it to stderr)."""
+    import logging
+
+    return logging.getLogger("mcp_compiler.ir")
 
 
 class Property(enum.Enum):
@@ -180,7 +184,7 @@ class TimePasses(PassInstrument):
     def finish(self, model: Model, records: list[PassRecord], pm: PassManager) -> None:
         text = self.report(sum(r.skipped for r in records))
         if self.sink is None:
-            _IR_LOG.info("%s", text)
+            _ir_log().info("%s", text)
         else:
             self.sink(text)
 
@@ -199,7 +203,7 @@ class PrintIR(PassInstrument):
 
         head = f"// IR after {p.name}{'' if result.modified else ' (unchanged)'}"
         if self.sink is None:
-            _IR_LOG.info("%s\n%s", head, print_model(model))
+            _ir_log().info("%s\n%s", head, print_model(model))
         else:
             self.sink(p.name, f"{head}\n{print_model(model)}")
 

@@ -1,7 +1,7 @@
 """The mcp-cli app: the commands, registered; `main` maps usage errors to exit codes.
 
 The compiler's commands are in `compile.py` and `zoo.py`; each target adds its own (Triton's
-serve, deploy, status, undeploy, verify) through `Target.commands()`.
+serve, deploy, status, undeploy, verify) through `Target.commands()` (`with_target_commands`).
 """
 
 from __future__ import annotations
@@ -95,16 +95,25 @@ app.command("targets", epilog="[bold]Examples[/bold]\n\n  $ mcp-cli targets --js
 app.command(epilog=ZOO_EXAMPLES)(zoo)
 
 
-def _target_commands() -> None:
-    """Each target's own commands (imports the targets' light modules only)."""
-    from mcp_compiler.targets import TARGETS
+def _name(c) -> str:  # noqa: ANN001 - typer's CommandInfo
+    from typer.main import get_command_name
 
-    for t in TARGETS.values():
-        for fn in t().commands():
-            app.command(fn.__command_name__, epilog=getattr(fn, "__examples__", None))(fn)
+    return c.name or get_command_name(c.callback.__name__)
 
 
-_target_commands()
+_COMPILER_COMMANDS = frozenset(_name(c) for c in app.registered_commands)
+
+
+def with_target_commands() -> typer.Typer:
+    """`app` with each target's own commands (Triton's serve, deploy, ...) registered, once; a
+    compiler command run from the command line does not load them (3 ms of every convert)."""
+    if not any(hasattr(c.callback, "__command_name__") for c in app.registered_commands):
+        from mcp_compiler.targets import TARGETS
+
+        for t in TARGETS.values():
+            for fn in t().commands():
+                app.command(fn.__command_name__, epilog=getattr(fn, "__examples__", None))(fn)
+    return app
 
 
 def _no_bool_metavar() -> None:
@@ -134,7 +143,10 @@ def main() -> None:
     # seldom. (Library callers keep their own settings.)
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
-    _only_command(sys.argv[1:2])
+    first = sys.argv[1:2]
+    if not (first and first[0] in _COMPILER_COMMANDS):
+        with_target_commands()
+    _only_command(first)
     app()
 
 
@@ -142,10 +154,7 @@ def _only_command(first: list[str]) -> None:
     """When the first argument names a command, typer builds that command's click command only,
     not all twelve (each evaluates its annotations and makes its options: 6 ms a run). What the
     user sees is the same: a subcommand's parsing, help and errors never look at its siblings."""
-    from typer.main import get_command_name
-
-    chosen = [c for c in app.registered_commands
-              if first and (c.name or get_command_name(c.callback.__name__)) == first[0]]
+    chosen = [c for c in app.registered_commands if first and _name(c) == first[0]]
     if chosen:
         app.registered_commands = chosen
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import logging
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,11 +26,19 @@ def reporter(json_mode: bool = False):  # noqa: ANN201 - report.Reporter (rich: 
     return Reporter(json_mode=json_mode)
 
 
+def _traceback() -> None:
+    import traceback
+
+    traceback.print_exc()
+
+
 def run(rep, debug: bool, fn: Callable[[], Any]) -> None:  # noqa: ANN001 - report.Reporter
     """Run a command body; every failure becomes one line on stderr (and, with --json, the error
     envelope on stdout) and an exit code. With --json, what the body handed to `rep.json` is
     printed once, as {"ok": true, ...}."""
     if debug:
+        import logging
+
         logging.basicConfig(level=logging.DEBUG)
     try:
         fn()
@@ -41,7 +47,7 @@ def run(rep, debug: bool, fn: Callable[[], Any]) -> None:  # noqa: ANN001 - repo
         raise
     except McpError as e:
         if debug:
-            traceback.print_exc()
+            _traceback()
         rep.fail(type(e).__name__, str(e), e.exit_code)
         raise typer.Exit(e.exit_code) from None
     except KeyboardInterrupt:
@@ -49,7 +55,7 @@ def run(rep, debug: bool, fn: Callable[[], Any]) -> None:  # noqa: ANN001 - repo
         raise typer.Exit(130) from None
     except Exception as e:  # noqa: BLE001 - anything else is a bug: say so in one line
         if debug:
-            traceback.print_exc()
+            _traceback()
         rep.fail("InternalError", f"internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
                  EXIT_FAILED)
         raise typer.Exit(EXIT_FAILED) from None

@@ -217,9 +217,16 @@ def _ir_to_stderr() -> None:
     log.propagate = False
 
 
+def _budget(text: str | None) -> dict[str, float]:
+    if text is None:
+        return {}
+    from mcp_compiler.accuracy import parse_budget
+
+    return parse_budget(text)
+
+
 def compile_options(f: dict[str, Any]):  # noqa: ANN201 - options.CompileOptions
     """CompileOptions from `convert`'s flags (by parameter name)."""
-    from mcp_compiler.accuracy import parse_budget
     from mcp_compiler.options import AccuracyOptions, CheckOptions, CompileOptions, PipelineOptions, TargetChoice
 
     fold = f["fold_size_limit"]
@@ -236,7 +243,7 @@ def compile_options(f: dict[str, Any]):  # noqa: ANN201 - options.CompileOptions
             explain=set(f["explain_pass"] or ()), time_passes=bool(f.get("time_passes"))),
         quantize=_quantize(f),
         accuracy=AccuracyOptions(calibration_data=_str(f["calibration_data"]),
-                                 budget=parse_budget(f["accuracy_budget"]), samples=f["accuracy_samples"],
+                                 budget=_budget(f["accuracy_budget"]), samples=f["accuracy_samples"],
                                  auto_exclude=f["auto_exclude"]),
         target=TargetChoice(name=_target_name(f), entry=f["name"], load_check=f["load_check"], force=f["force"]))
     return _with_target(options, f)   # validated once, by compile_model

@@ -201,6 +201,19 @@ def test_a_named_command_is_built_alone_and_reads_the_same(tmp_path):
     assert r.stderr.strip().splitlines()[-1] == "['list_passes']", r.stderr
 
 
+@pytest.mark.parametrize("argv, loaded", [(["convert", "--help"], False), (["passes", "--json"], False),
+                                          (["serve", "--help"], True), (["--help"], True)])
+def test_target_commands_are_loaded_only_when_a_command_may_be_one(argv, loaded):
+    """A compiler command (convert, inspect, ...) run by main() does not load the targets' own
+    commands; a target command, the group's help (and its suggestions) do."""
+    code = (f"import sys; from mcp_compiler.cli import main; sys.argv = ['mcp-cli', *{argv!r}]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('mcp_compiler.targets.triton.commands' in sys.modules, file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stderr.strip().splitlines()[-1] == str(loaded), r.stderr
+    assert "Usage:" in r.stdout or argv[-1] == "--json"
+
+
 def test_plain_lines_are_flushed_as_they_are_written(monkeypatch):
     """A piped `mcp-cli serve | tee log` shows each line when it is printed (rich flushed after
     every print; the plain path does too)."""
