@@ -1,5 +1,5 @@
 """`python -m mcp_compiler.cli`: the same as the `mcp-cli` command."""
 
-from .application import entry
+from . import entry
 
 entry()

@@ -137,12 +137,10 @@ def main() -> None:
     """The `mcp-cli` command."""
     import gc
 
-    # A graph of N nodes is some 10 N Python objects, made at once and alive until the command
-    # ends; the collector's default (a pass every 700 allocations, each older pass walking more
-    # of them) took a tenth of a 100k-node convert. The command is one short process: collect
-    # seldom. (Library callers keep their own settings.)
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
+    from . import collect_seldom
+
+    gc.freeze()   # the modules' objects: never walked by a collection
+    collect_seldom()
     first = sys.argv[1:2]
     if not (first and first[0] in _COMPILER_COMMANDS):
         with_target_commands()
