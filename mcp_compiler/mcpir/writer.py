@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 import tempfile
@@ -154,6 +155,9 @@ class _Encoder:
         self.dims: dict[tuple, int] = {}
         self._strings: dict[str, int] = {}
         self._empty: int | None = None
+        # so are equal plain attributes (strides=[1, 1], group=1, ...) and equal attribute lists
+        self._attributes: dict[tuple, int] = {}
+        self._attribute_lists: dict[tuple[int, ...], int] = {}
 
     # -- helpers ------------------------------------------------------------------------------
     # Strings and the empty vector are written once and referenced wherever they recur (a
@@ -314,7 +318,7 @@ class _Encoder:
 
     def node(self, n: Node) -> int:
         b = self.b
-        attrs = self.vec([self.attribute(a) for a in n.attributes.values()])
+        attrs = self.attribute_list([self.attribute(a) for a in n.attributes.values()])
         name, op, dom, ovl, doc = (self.s(x) for x in (n.name, n.op_type, n.domain, n.overload,
                                                         n.doc_string))
         op = op or self.shared("")
@@ -478,14 +482,30 @@ class _Encoder:
         fb.SparseTensorAddDims(self.b, dims)
         return fb.SparseTensorEnd(self.b)
 
+    def attribute_list(self, offsets: list[int]) -> int:
+        key = tuple(offsets)
+        cached = self._attribute_lists.get(key)
+        if cached is None:
+            cached = self._attribute_lists[key] = self.vec(offsets)
+        return cached
+
     def attribute(self, a: Attribute) -> int:
+        key = _plain_key(a)
+        if key is None:
+            return self._attribute(a)
+        cached = self._attributes.get(key)
+        if cached is None:
+            cached = self._attributes[key] = self._attribute(a)
+        return cached
+
+    def _attribute(self, a: Attribute) -> int:
         b = self.b
         k, v = a.type, a.value
         name, ref, doc = self.shared(a.name), self.s(a.ref_attr_name), self.s(a.doc_string)
         payload: list[tuple] = []
         if not a.ref_attr_name:
             if k == AttrType.FLOAT:
-                payload.append((fb.AttributeAddF, v))
+                payload.append((_add_f, v))
             elif k == AttrType.INT:
                 payload.append((fb.AttributeAddI, v))
             elif k == AttrType.STRING:
@@ -522,3 +542,35 @@ class _Encoder:
         for add, x in payload:
             add(b, x)
         return fb.AttributeEnd(b)
+
+
+def _add_f(b: flatbuffers.Builder, v: float) -> None:
+    """Attribute.f; -0.0 compares equal to the field's default 0.0, and the builder would leave it
+    out (the reader then gives back 0.0): written always."""
+    if v == 0 and math.copysign(1.0, v) < 0:
+        b.ForceDefaults(True)
+        fb.AttributeAddF(b, v)
+        b.ForceDefaults(False)
+    else:
+        fb.AttributeAddF(b, v)
+
+
+def _plain_key(a: Attribute) -> tuple | None:
+    """What an attribute holding a number, text or list of numbers writes (so that equal ones are
+    written once); None for one holding a tensor, graph or type, written where it is."""
+    k, v = a.type, a.value
+    if a.ref_attr_name:
+        value: object = None
+    elif k == AttrType.INT:
+        value = int(v)
+    elif k == AttrType.FLOAT:
+        value = struct.pack("<f", v)   # the float32 written: -0.0 is not 0.0, a NaN is itself
+    elif k == AttrType.STRING:
+        value = bytes(v)
+    elif k == AttrType.INTS:
+        value = np.asarray(list(v), dtype="<i8").tobytes()
+    elif k == AttrType.FLOATS:
+        value = np.asarray(v, dtype="<f4").tobytes()
+    else:
+        return None
+    return (a.name, int(k), a.ref_attr_name, a.doc_string, value)

@@ -259,3 +259,31 @@ def test_library_session_uses_the_mapped_file(tmp_path):
     for m in (model, read_mcpir(tmp_path / "m.mcpir")):
         for a, b in zip(want, create_session(m).run(None, inputs)):
             np.testing.assert_array_equal(a, b)
+
+
+def test_equal_plain_attributes_are_written_once_and_read_back_each(tmp_path):
+    """Equal number/list attributes (and equal attribute lists) share one table in the file; what
+    differs in the bytes written (-0.0 and 0.0, 1 and 2) stays apart, and every node reads its own
+    (-0.0 too: the builder left out a float equal to the field's default 0.0)."""
+    from mcp_compiler.mcpir.writer import _Encoder
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    w = numpy_helper.from_array(np.ones((4, 1, 3, 3), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c1"], group=4, pads=[1, 1, 1, 1], strides=[1, 1]),
+             helper.make_node("Conv", ["c1", "w"], ["c2"], group=4, pads=[1, 1, 1, 1], strides=[1, 1]),
+             helper.make_node("Conv", ["c2", "w"], ["c3"], group=4, pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("LeakyRelu", ["c3"], ["l1"], alpha=0.0),
+             helper.make_node("LeakyRelu", ["l1"], ["y"], alpha=-0.0)]
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])], [w])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = load_onnx(path).model
+    enc = _Encoder(64)
+    enc.model(model)
+    # group=4, pads, strides=[1, 1], strides=[2, 2], alpha=0.0, alpha=-0.0; the first two Convs share their list
+    assert len(enc._attributes) == 6 and len(enc._attribute_lists) == 4
+    back = from_buffer(to_bytes(model))
+    got = {n.outputs[0].name: {k: a.value for k, a in n.attributes.items()} for n in back.graph.nodes}
+    assert [got[c]["strides"] for c in ("c1", "c2", "c3")] == [[1, 1], [1, 1], [2, 2]]
+    assert np.signbit(got["l1"]["alpha"]) == False and np.signbit(got["y"]["alpha"]) == True  # noqa: E712
+    _same_structure(model, back)
