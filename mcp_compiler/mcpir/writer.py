@@ -191,6 +191,26 @@ class _Encoder:
         b.head = head
         return b.EndVector()
 
+    def fields(self, fields: list[tuple[int, int]]) -> None:
+        """What the builder's PrependUOffsetTRelativeSlot writes for each (slot, offset) in turn,
+        in one pack (the per-field calls were a third of the writer's time); a 0 offset (an
+        absent field) is left out, as the builder leaves it out."""
+        fields = [f for f in fields if f[1]]
+        if not fields:
+            return
+        b, n = self.b, len(fields)
+        b.Prep(4, 4 * n)   # aligns (the fields are all 4 bytes) and makes room for them
+        end, head = len(b.Bytes), b.head
+        vtable, words = b.current_vtable, []
+        for slot, off in fields:   # each written below the one before; its offset counts from the end
+            head -= 4
+            at = end - head
+            words.append(at - off)
+            vtable[slot] = at
+        words.reverse()
+        struct.pack_into(f"<{n}I", b.Bytes, head, *words)
+        b.head = head
+
     def strings(self, items) -> int:  # noqa: ANN001
         return self.vec([self.shared(x) for x in items])
 
@@ -326,14 +346,8 @@ class _Encoder:
         outs = self.strings(v.name for v in n.outputs)
         props = self.props(n.metadata_props)
         fb.NodeStart(b)
-        fb.NodeAddOpType(b, op)
-        for add, o in ((fb.NodeAddName, name), (fb.NodeAddDomain, dom), (fb.NodeAddOverload, ovl),
-                       (fb.NodeAddDocString, doc), (fb.NodeAddMetadataProps, props)):
-            if o:
-                add(b, o)
-        fb.NodeAddInputs(b, ins)
-        fb.NodeAddOutputs(b, outs)
-        fb.NodeAddAttributes(b, attrs)
+        # op_type, name, domain, overload, doc_string, metadata_props, inputs, outputs, attributes
+        self.fields([(1, op), (0, name), (2, dom), (3, ovl), (7, doc), (8, props), (4, ins), (5, outs), (6, attrs)])
         return fb.NodeEnd(b)
 
     def value(self, v: Value) -> int:
@@ -343,14 +357,9 @@ class _Encoder:
         doc = self.s(v.doc_string)
         props = self.props(v.metadata_props)
         fb.ValueStart(b)
-        fb.ValueAddName(b, name)
-        if typ:
-            fb.ValueAddType(b, typ)
+        self.fields([(0, name), (1, typ)])   # name, type
         fb.ValueAddLayout(b, int(v.layout))
-        if doc:
-            fb.ValueAddDocString(b, doc)
-        if props:
-            fb.ValueAddMetadataProps(b, props)
+        self.fields([(3, doc), (4, props)])   # doc_string, metadata_props
         return fb.ValueEnd(b)
 
     # -- types and dims -----------------------------------------------------------------------
