@@ -84,18 +84,19 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
         except (onnx.checker.ValidationError, RuntimeError, ValueError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise InvalidModelError(path, f"onnx.checker rejected the model: {first}") from None
+    inferred = None
     if infer_shapes:
         try:
             inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False)
-            if light is not proto:
-                main_initializers = proto.graph.initializer
-                main_nodes = _merged_nodes(proto.graph.node, inferred.graph.node, moved)
-                proto = _drop_inputs(inferred, added)
-            else:
-                proto = inferred
         except Exception as e:  # noqa: BLE001 - onnx raises many kinds; the model is still usable
             warnings.append(f"ONNX shape inference failed, shapes kept as given: {str(e).splitlines()[0]}")
-    del light
+    if inferred is not None and light is not proto:   # (a merge that fails is our bug: not a warning)
+        main_initializers = proto.graph.initializer
+        main_nodes = _merged_nodes(proto.graph.node, inferred.graph.node, moved)
+        proto = _drop_inputs(inferred, added)
+    elif inferred is not None:
+        proto = inferred
+    del light, inferred
 
     importer = _Importer(path, ext)
     importer.main_initializers, importer.main_nodes = main_initializers, main_nodes
