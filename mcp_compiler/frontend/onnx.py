@@ -313,8 +313,9 @@ class _Importer:
     def __init__(self, path: Path, ext: _ExternalData) -> None:
         self.path = path
         self.ext = ext
-        self.types: dict[tuple, TensorType] = {}
-        self.by_bytes: dict[bytes, Type] = {}   # a serialized TypeProto -> its type (types are immutable)
+        # a serialized TypeProto -> its type: types are immutable, and values of one type share one
+        # object (most values of a graph have one of a few types)
+        self.by_bytes: dict[bytes, Type] = {}
         self.main_initializers = None   # the main graph's initializers, when not in the proto
         self.main_nodes = None          # and its nodes
 
@@ -528,16 +529,10 @@ class _Importer:
                 shape = tuple([_dim(d) for d in dims])
                 if any([d.denotation for d in dims]):
                     denots = tuple(d.denotation for d in dims)
-            # types are immutable: values of one type share one object (most values of a graph
-            # have one of a few types; a frozen dataclass costs microseconds to make)
-            key = (tt.elem_type, shape, denots, den, which)
-            made = self.types.get(key)
-            if made is None:
-                elem = _DTYPES.get(tt.elem_type)
-                if elem is None:
-                    raise InvalidModelError(None, f"unknown element type {tt.elem_type}")
-                made = self.types[key] = TensorType(elem, shape, denots, den, sparse=which == "sparse_tensor_type")
-            return made
+            elem = _DTYPES.get(tt.elem_type)
+            if elem is None:
+                raise InvalidModelError(None, f"unknown element type {tt.elem_type}")
+            return TensorType(elem, shape, denots, den, sparse=which == "sparse_tensor_type")
         if which == "sequence_type":
             e = tp.sequence_type.elem_type
             return SequenceType(self._type(e, depth + 1) if tp.sequence_type.HasField("elem_type") else None, den)
