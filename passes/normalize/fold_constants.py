@@ -126,8 +126,6 @@ def _drop_unused(g: Graph, fold: list[Node]) -> int:
     return len(dead)
 
 
-
-
 def _shape_like(arr: np.ndarray) -> bool:
     """A small integer or bool result (shape arithmetic, indices, conditions): stored whatever it
     is made from. A small float is a weight like any other (ConstantOfShape of one value makes
@@ -252,8 +250,9 @@ def _move(fold: list[Node], wanted: list, outer: dict[int, np.ndarray], opset: i
 
     try:
         for n in fold:
-            if n.op_type == "Shape" and _static_shape(n) is not None and not n.attributes:
-                env[id(n.outputs[0])] = np.asarray(_static_shape(n), dtype=np.int64)   # of a non-constant
+            static = _static_shape(n) if n.op_type == "Shape" and not n.attributes else None
+            if static is not None:   # the Shape of a non-constant
+                env[id(n.outputs[0])] = np.asarray(static, dtype=np.int64)
                 continue
             ins = [value(v) if v is not None else None for v in n.inputs]
             env[id(n.outputs[0])] = _moved(n, ins, opset)
