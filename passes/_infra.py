@@ -101,6 +101,11 @@ class Pass(abc.ABC):
     # A run leaves a fixed point: run again on the model it left, the pass changes nothing. The
     # manager then skips it while no pass has changed the model since (LLVM's preserved analyses).
     idempotent: ClassVar[bool] = False
+    # Passes whose fixed point a run of this one keeps: the model it changed is one they would
+    # still not change (deduplicate-weights merges initializers equal in dtype, dims and bytes: shape
+    # inference finds what it found before). The manager goes on skipping them; --verify-each runs
+    # each of them again to check the claim.
+    keeps_fixed_points: ClassVar[frozenset[str]] = frozenset()
 
     @abc.abstractmethod
     def run(self, model: Model, ctx: PassContext) -> PassResult:
@@ -233,12 +238,21 @@ class VerifyEach(PassInstrument):
         if result.modified and p.left_fixed_point(result):   # the manager skips it until the model changes
             again = p.run(model, pm.ctx)
             if again.modified:
-                changed = {k: v for k, v in again.stats.items() if isinstance(v, int) and v}
                 broken.append(f"it left a fixed point (it is skipped while the model is unchanged), and a "
-                              f"second run changed the model again ({changed or 'modified=True'})")
+                              f"second run changed the model again ({_changed(again)})")
+        if result.modified:
+            for q in pm.fixed_points_kept(p):   # still skipped after this run: still at their fixed point
+                again = q.run(model, pm.ctx)
+                if again.modified:
+                    broken.append(f"it keeps {q.name}'s fixed point (which is then skipped), and {q.name} "
+                                  f"changed the model after it ({_changed(again)})")
         if broken:
             raise ContractError(f"pass {p.name} claims what does not hold after it ran: {'; '.join(broken[:5])}"
                                 + (f" (and {len(broken) - 5} more)" if len(broken) > 5 else ""))
+
+
+def _changed(result: PassResult) -> Any:
+    return {k: v for k, v in result.stats.items() if isinstance(v, int) and v} or "modified=True"
 
 
 class PassManager:
@@ -287,6 +301,8 @@ class PassManager:
         self.properties: set[Property] = set(self.initial)
         self._version = 0   # how many runs have changed the model
         self._fixed: dict[tuple, int] = {}   # an idempotent pass -> the version its last run left
+        self._fixed_pass: dict[tuple, Pass] = {}
+        self._kept_by: dict[tuple, list[str]] = {}   # the passes that changed the model since, keeping it
         records: list[PassRecord] = []
         done: list[str] = []
         for step in self.steps:
@@ -305,8 +321,10 @@ class PassManager:
         before = records[-1].nodes_after if records else count_nodes(model)
         key = _pass_key(p)
         if self._fixed.get(key) == self._version:
-            records.append(PassRecord(p.name, False, 0.0, before, before,
-                                      {"skipped": "the model is unchanged since its last run"}, it, skipped=True))
+            keepers = self._kept_by.get(key)
+            why = ("the model is unchanged since its last run" if not keepers else
+                   f"the model changed since its last run only by {', '.join(keepers)}, which keep its fixed point")
+            records.append(PassRecord(p.name, False, 0.0, before, before, {"skipped": why}, it, skipped=True))
             return False
         for inst in self.instruments:
             inst.before(p, model, self)
@@ -326,13 +344,28 @@ class PassManager:
             inst.after(p, model, result, record, self)
         if result.modified:
             self.properties &= set(p.preserves)
+            kept = self.fixed_points_kept(p)
             self._version += 1
+            for q in kept:
+                k = _pass_key(q)
+                self._fixed[k] = self._version
+                keepers = self._kept_by.setdefault(k, [])
+                if p.name not in keepers:
+                    keepers.append(p.name)
         self.properties |= p.establishes
         if p.left_fixed_point(result):
             self._fixed[key] = self._version
+            self._fixed_pass[key] = p
+            self._kept_by.pop(key, None)
         records.append(record)
         done.append(p.name)
         return result.modified
+
+    def fixed_points_kept(self, p: Pass) -> list[Pass]:
+        """The passes now at their fixed point (skipped if run next) that a run of `p` that
+        changes the model says it keeps there."""
+        return [q for k, q in self._fixed_pass.items()
+                if q.name in p.keeps_fixed_points and self._fixed.get(k) == self._version]
 
 
 def _pass_key(p: Pass) -> tuple:

@@ -20,6 +20,8 @@ class DeadCodeEliminationPass(Pass):
     establishes = frozenset({Property.NO_DEAD_CODE})
     preserves = ALL
     idempotent = True
+    # shapes are inferred forward: removing what nothing uses changes no live value's
+    keeps_fixed_points = frozenset({"infer-shapes"})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         nodes = inits = 0

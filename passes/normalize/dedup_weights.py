@@ -33,6 +33,8 @@ class DeduplicateWeightsPass(Pass):
     establishes = frozenset({Property.UNIQUE_WEIGHTS})
     preserves = ALL - {Property.NO_DEAD_CODE}
     idempotent = True
+    # the merged tensors are equal in dtype, dims and bytes: shapes and known contents stay
+    keeps_fixed_points = frozenset({"infer-shapes"})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         merged = saved = 0

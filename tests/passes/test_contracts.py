@@ -263,6 +263,56 @@ def test_an_idempotent_pass_is_skipped_until_the_model_changes(tmp_path):
     assert [n.op_type for n in model.graph.nodes] == ["Relu", "Neg"]
 
 
+def test_a_pass_that_keeps_shape_inferences_fixed_point_does_not_rerun_it(tmp_path):
+    """deduplicate-weights merges equal initializers: shape inference after it would find what it
+    found before, so it stays skipped (and the record says why); --verify-each checks the claim."""
+    from mcp_compiler.passes.normalize import DeduplicateWeightsPass
+    from mcp_compiler.passes._infra import VerifyEach
+
+    x = helper.make_tensor_value_info("x", TP.FLOAT, ["N", 2])
+    w = [numpy_helper.from_array(np.ones(2, np.float32), n) for n in ("a", "b")]
+    nodes = [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    path = save_model(tmp_path, "m", nodes, [x], [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 2])], w)
+    model = load_onnx(path).model
+    pm = PassManager([SymbolicShapesPass(), DeduplicateWeightsPass(), SymbolicShapesPass()],
+                     instruments=[VerifyEach()])
+    _, records = pm.run(model)
+    assert [(r.name, r.modified, r.skipped) for r in records] == [
+        ("infer-shapes", False, False), ("deduplicate-weights", True, False), ("infer-shapes", False, True)]
+    assert records[2].stats == {"skipped": "the model changed since its last run only by deduplicate-weights, "
+                                           "which keep its fixed point"}
+    assert model.graph.nodes[1].inputs[1] is model.graph.nodes[0].inputs[1]
+    assert model.graph.outputs[0].type.shape == ("N", 2)
+
+
+def test_verify_each_catches_a_pass_that_does_not_keep_the_fixed_point_it_claims(tmp_path, monkeypatch):
+    from mcp_compiler.passes._infra import VerifyEach
+
+    class ShrinksAnInput(Pass):   # a shape inference would see the graph input change
+        name = "shrinks-an-input"
+        preserves = frozenset()
+        keeps_fixed_points = frozenset({"infer-shapes"})
+
+        def run(self, model: Model, ctx: PassContext) -> PassResult:
+            from mcp_compiler.ir import DataType, TensorType
+
+            model.graph.inputs[0].type = TensorType(DataType.FLOAT, (1, 2))
+            return PassResult(model, True)
+
+    x = helper.make_tensor_value_info("x", TP.FLOAT, ["N", 2])
+    path = save_model(tmp_path, "m", [helper.make_node("Relu", ["x"], ["y"])], [x],
+                      [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 2])])
+    model = load_onnx(path).model
+    pm = PassManager([SymbolicShapesPass(), ShrinksAnInput(), SymbolicShapesPass()], instruments=[VerifyEach()])
+    with pytest.raises(ContractError, match="keeps infer-shapes's fixed point .*infer-shapes changed the model after it"):
+        pm.run(model)
+    # without the check, the manager trusts the claim: the second inference is skipped
+    monkeypatch.setattr(PassManager, "global_instruments", [])
+    model = load_onnx(path).model
+    _, records = PassManager([SymbolicShapesPass(), ShrinksAnInput(), SymbolicShapesPass()]).run(model)
+    assert records[2].skipped
+
+
 def test_time_passes_flag(tmp_path):
     from typer.testing import CliRunner
 
