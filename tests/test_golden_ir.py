@@ -26,7 +26,7 @@ def _phases(path) -> dict[str, str]:
     pm = build(get_target("triton-v1.12"), PipelineOptions())
     pm.instruments.append(PrintIR({"infer-shapes"}, sink=lambda name, text: dumps.append(text.split("\n", 1)[1])))
     pm.run(model)
-    out["normalized"], out["final"] = dumps[0], dumps[-1]
+    out["normalized"], out["final"] = dumps[0], print_model(model)
     return out
 
 

@@ -266,8 +266,8 @@ def test_an_idempotent_pass_is_skipped_until_the_model_changes(tmp_path):
 def test_a_pass_that_keeps_shape_inferences_fixed_point_does_not_rerun_it(tmp_path):
     """deduplicate-weights merges equal initializers: shape inference after it would find what it
     found before, so it stays skipped (and the record says why); --verify-each checks the claim."""
-    from mcp_compiler.passes.normalize import DeduplicateWeightsPass
     from mcp_compiler.passes._infra import VerifyEach
+    from mcp_compiler.passes.normalize import DeduplicateWeightsPass
 
     x = helper.make_tensor_value_info("x", TP.FLOAT, ["N", 2])
     w = [numpy_helper.from_array(np.ones(2, np.float32), n) for n in ("a", "b")]
