@@ -182,14 +182,15 @@ class _Encoder:
         # What StartVector + PrependUOffsetTRelative per element (last first) + EndVector write,
         # in one pack (the builder's per-element calls were a third of the writer's time):
         # element i, written at head + 4 i, holds the distance from its own position to the
-        # object at offset o (offsets count from the buffer's end).
+        # object at offset o (offsets count from the buffer's end); the count below them.
         b, n = self.b, len(offsets)
-        b.StartVector(4, n, 4)   # aligns and makes room for the n elements
-        head = b.head - 4 * n
+        if (len(b.Bytes) - b.head) & 3 or b.head < 4 * n + 4 or b.minalign < 4:
+            b.Prep(4, 4 * n)   # align, make room (what StartVector does; seldom needed)
         end = len(b.Bytes)
-        struct.pack_into(f"<{n}I", b.Bytes, head, *[end - head - 4 * i - o for i, o in enumerate(offsets)])
-        b.head = head
-        return b.EndVector()
+        head = b.head - 4 * n
+        struct.pack_into(f"<{n + 1}I", b.Bytes, head - 4, n, *[end - head - 4 * i - o for i, o in enumerate(offsets)])
+        b.head = head - 4
+        return end - b.head
 
     def fields(self, fields: list[tuple[int, int]]) -> None:
         """What the builder's PrependUOffsetTRelativeSlot writes for each (slot, offset) in turn,
@@ -210,6 +211,44 @@ class _Encoder:
         words.reverse()
         struct.pack_into(f"<{n}I", b.Bytes, head, *words)
         b.head = head
+
+    def table(self, numfields: int, fields: list[tuple[int, int]]) -> int:
+        """A table of offset fields only, as the builder's StartObject(numfields), its
+        PrependUOffsetTRelativeSlot per (slot, offset) and EndObject write it (the same bytes,
+        its vtables shared with the builder's), in a few packs: a node's and a value's calls
+        into the builder were most of the writer's time. A 0 offset (an absent field) is left
+        out."""
+        b = self.b
+        object_end = len(b.Bytes) - b.head
+        fields = [f for f in fields if f[1]]
+        at: dict[int, int] = {}   # slot -> the field's offset from the buffer's end
+        n = len(fields)
+        if (len(b.Bytes) - b.head) & 3 or b.head < 4 * n + 4 or b.minalign < 4:
+            b.Prep(4, 4 * n)   # align, make room for the fields and the vtable offset (seldom needed)
+        end, head, words = len(b.Bytes), b.head, []
+        for slot, off in fields:   # (what fields() writes)
+            head -= 4
+            at[slot] = end - head
+            words.append(end - head - off)
+        words.reverse()
+        head -= 4   # the object's offset to its vtable, written below when known
+        struct.pack_into(f"<{n + 1}I", b.Bytes, head, 0, *words)
+        b.head = head
+        obj = len(b.Bytes) - b.head
+        used = max(at, default=-1) + 1   # the vtable leaves out absent slots past the last present one
+        entries = [obj - at[slot] if slot in at else 0 for slot in range(used)]
+        key = (*reversed(entries), obj - object_end)   # the builder's key for this vtable
+        vt = b.vtables.get(key)
+        if vt is None:
+            b.Prep(2, 2 * (used + 2))
+            head = b.head - 2 * (used + 2)
+            struct.pack_into(f"<{used + 2}H", b.Bytes, head, 2 * (used + 2), obj - object_end, *entries)
+            b.head = head
+            vt = b.vtables[key] = len(b.Bytes) - head
+            struct.pack_into("<i", b.Bytes, len(b.Bytes) - obj, vt - obj)
+        else:
+            struct.pack_into("<i", b.Bytes, b.head, vt - obj)
+        return obj
 
     def strings(self, items) -> int:  # noqa: ANN001
         return self.vec([self.shared(x) for x in items])
@@ -337,25 +376,24 @@ class _Encoder:
         return fb.GraphEnd(b)
 
     def node(self, n: Node) -> int:
-        b = self.b
         attrs = self.attribute_list([self.attribute(a) for a in n.attributes.values()])
-        name, op, dom, ovl, doc = (self.s(x) for x in (n.name, n.op_type, n.domain, n.overload,
-                                                        n.doc_string))
-        op = op or self.shared("")
-        ins = self.strings("" if v is None else v.name for v in n.inputs)
-        outs = self.strings(v.name for v in n.outputs)
+        s, shared = self.s, self.shared
+        name, op, dom, ovl, doc = s(n.name), shared(n.op_type), s(n.domain), s(n.overload), s(n.doc_string)
+        ins = self.vec([shared("" if v is None else v.name) for v in n._inputs])
+        outs = self.vec([shared(v.name) for v in n.outputs])
         props = self.props(n.metadata_props)
-        fb.NodeStart(b)
         # op_type, name, domain, overload, doc_string, metadata_props, inputs, outputs, attributes
-        self.fields([(1, op), (0, name), (2, dom), (3, ovl), (7, doc), (8, props), (4, ins), (5, outs), (6, attrs)])
-        return fb.NodeEnd(b)
+        return self.table(9, [(1, op), (0, name), (2, dom), (3, ovl), (7, doc), (8, props), (4, ins), (5, outs),
+                              (6, attrs)])
 
     def value(self, v: Value) -> int:
-        b = self.b
         name = self.shared(v.name)
         typ = self.type(v.type) if v.type is not None else 0
         doc = self.s(v.doc_string)
         props = self.props(v.metadata_props)
+        if not v.layout:   # (the layout byte is left out at its default, 0)
+            return self.table(5, [(0, name), (1, typ), (3, doc), (4, props)])
+        b = self.b
         fb.ValueStart(b)
         self.fields([(0, name), (1, typ)])   # name, type
         fb.ValueAddLayout(b, int(v.layout))
