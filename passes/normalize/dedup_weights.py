@@ -14,6 +14,7 @@ from .._infra import ALL, Pass, PassContext, PassResult, Property
 _CHUNK = 1 << 20
 _PROBE = 4096        # bytes per sample of the fingerprint
 _PROBES = 8          # samples spread over the tensor
+_SMALL = 256         # bytes: tensors compared by their bytes, not through digests
 
 
 class DeduplicateWeightsPass(Pass):
@@ -89,6 +90,14 @@ def duplicate_groups(g) -> list[list]:  # noqa: ANN001 - ir.Graph
 def _duplicates(group: list) -> Iterator[tuple]:
     """(first, later) pairs of equal tensors in a group of one dtype and shape, in order."""
     if len(group) < 2:
+        return
+    if group[0].const.nbytes <= _SMALL:
+        # small tensors (one dtype and shape: all of one size): their bytes are the key
+        first: dict[bytes, object] = {}
+        for v in group:
+            keep = first.setdefault(bytes(v.const.raw), v)
+            if keep is not v:
+                yield keep, v
         return
     by_print: dict[bytes, list] = {}
     for v in group:

@@ -62,3 +62,21 @@ def test_deduplicate_large_weights_by_fingerprint_then_bytes(tmp_path, external)
     assert r.stats == {"initializers_merged": 1, "bytes_saved": 65536}
     assert sorted(model.graph.initializers) == ["a", "mid"]
     _same_outputs(p, model, {"x": np.ones(16384, np.float32)})
+
+
+def test_small_weights_merge_by_their_bytes(tmp_path):
+    """Small tensors are keyed by their bytes: -0.0 and 0.0 differ (their bytes do), equal NaNs
+    merge, the first of equal ones is kept."""
+    vals = {"z": [0.0, 1.0], "nz": [-0.0, 1.0], "z2": [0.0, 1.0], "n1": [np.nan, 1.0], "n2": [np.nan, 1.0]}
+    inits = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in vals.items()]
+    nodes, prev = [], "x"
+    for i, k in enumerate(vals):
+        nodes.append(helper.make_node("Add", [prev, k], [f"s{i}"]))
+        prev = f"s{i}"
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2])],
+                          [helper.make_tensor_value_info(prev, F, [2])], inits)
+    orig, model = _load(tmp_path, g)
+    r = _run(DeduplicateWeightsPass(), model)
+    assert r.stats == {"initializers_merged": 2, "bytes_saved": 16}
+    assert list(model.graph.initializers) == ["z", "nz", "n1"]
+    assert [n.inputs[1].name for n in model.graph.nodes] == ["z", "nz", "z", "n1", "n1"]
