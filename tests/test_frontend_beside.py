@@ -140,3 +140,26 @@ def test_beside_reports_a_child_that_died_and_an_error_that_does_not_pickle():
 
     with pytest.raises(RuntimeError, match="Odd: the reason"):
         Beside(fails, fork=True).result()
+
+
+def test_an_interrupt_during_the_import_waits_for_the_child(tmp_path, monkeypatch):
+    """Ctrl-C while the nodes are imported: the child is reaped before the interrupt goes on (no
+    process left behind)."""
+    def interrupted(self, p):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(frontend._Importer, "main_body", interrupted)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    path = save_model(tmp_path, "m", [helper.make_node("Relu", ["x"], ["y"])], [x],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    forked = []
+    real = frontend.Beside
+
+    def spy(fn, *, fork):
+        forked.append(real(fn, fork=fork))
+        return forked[-1]
+
+    monkeypatch.setattr(frontend, "Beside", spy)
+    with pytest.raises(KeyboardInterrupt):
+        load_onnx(path, beside=True)
+    assert forked[0].forked and forked[0].pid is None   # waited for
