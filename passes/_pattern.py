@@ -123,6 +123,16 @@ def match(pattern: Pattern, root: Node, outputs: set[int]) -> Match | None:
     return None
 
 
+def possible(p: Pattern, ops: set[str]) -> bool:
+    """False when `p` cannot match anywhere in a graph whose nodes' op types are among `ops`:
+    an Op it needs (in every alternative) is not there."""
+    if isinstance(p, Op):
+        return p.op_type in ops and all(possible(q, ops) for q in p.inputs)
+    if isinstance(p, Or):
+        return any(possible(a, ops) for a in p.alternatives)
+    return True
+
+
 def _may_match(p: Pattern, n: Node) -> bool:
     """A quick look one level deep (the root's op and its operands' producers): False when the
     pattern cannot match at n, so that the full match runs only where it may (most sites of a

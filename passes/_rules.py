@@ -27,7 +27,7 @@ from mcp_compiler.ir import Graph, Model, Node, Value
 
 from . import _rewrite as R
 from ._infra import Pass, PassContext, PassResult
-from ._pattern import Match, Op, Or, Pattern, match, why_not
+from ._pattern import Match, Op, Or, Pattern, match, possible, why_not
 
 # a value used by more nodes than this keeps a dead node's use until the end of the run (dropped
 # then, all at once): dropping it at once would cost its whole use list per rewrite
@@ -184,6 +184,10 @@ class BaseRule:
     def roots(self) -> set[str]:
         raise NotImplementedError
 
+    def possible(self, ops: set[str]) -> bool:
+        """False when the rule cannot fire in a graph whose nodes' op types are among `ops`."""
+        return True
+
     def find(self, root: Node, rc: RewriteContext, explain: bool) -> Any:
         """What the rule would rewrite at `root`: a match (anything but a str or None), or why it
         does not fire (a str; worked out only when `explain`), or None."""
@@ -209,6 +213,9 @@ class Rule(BaseRule):
 
     def roots(self) -> set[str]:
         return _roots(self.pattern)
+
+    def possible(self, ops: set[str]) -> bool:
+        return possible(self.pattern, ops)
 
     def find(self, root: Node, rc: RewriteContext, explain: bool) -> Any:
         if not root.is_onnx():
@@ -328,8 +335,15 @@ class RuleSetPass(Pass):
         if not self.reverse:
             work.reverse()   # a stack: pop gives the first node first
         queued = {id(n) for n in work}
+        # The op types in the graph (and of every node a rewrite made since): a rule whose pattern
+        # needs an op not among them is not tried (most fusions, on most nodes of their root op).
+        ops = {n.op_type for n in g.nodes}
+        may: dict[int, bool] = {}   # id(rule) -> whether it may fire, given `ops`
 
         def push(n: Node) -> None:
+            if n.op_type not in ops:   # a rewrite made it: every rule is asked again
+                ops.add(n.op_type)
+                may.clear()
             if n.op_type in rules and id(n) not in queued:
                 queued.add(id(n))
                 work.append(n)
@@ -342,6 +356,11 @@ class RuleSetPass(Pass):
             if rc.dead(n):
                 continue
             for rule in rules[n.op_type]:
+                ok = may.get(id(rule))
+                if ok is None:
+                    ok = may[id(rule)] = rule.possible(ops)
+                if not ok:
+                    continue
                 found = rule.find(n, rc, False)
                 if not _fires(found):
                     continue

@@ -90,3 +90,45 @@ def test_a_widely_shared_constant_keeps_exact_use_lists():
     for v in consts.values():
         assert all(id(u) in live for u, _ in v.uses), v.name
     assert all(n.op_type == "Clip" for n in g.nodes)
+
+
+def test_possible_says_which_patterns_the_graphs_ops_rule_out():
+    from mcp_compiler.passes._pattern import possible
+
+    p = Op("Mul", Var("x"), Or(Op("HardSigmoid", Var("x")), Op("Div", Op("Clip", Var("x")), Const(6.0))))
+    assert possible(p, {"Mul", "HardSigmoid"}) and possible(p, {"Mul", "Div", "Clip"})
+    assert not possible(p, {"Mul", "Div"}) and not possible(p, {"HardSigmoid", "Div", "Clip"})
+    assert possible(Const(1.0), set()) and possible(Var("x"), set())
+
+
+def test_a_rule_its_round_makes_possible_fires_in_that_round():
+    """Rule `abs` turns Neg into Abs, an op the graph did not have; `relu-of-abs` needs one. The
+    worklist starts from the output: the Relu is visited first, while no Abs exists (the rule is
+    not tried), and again after the rewrite made one (asked again: it fires)."""
+    from mcp_compiler.ir import Graph, Model, TensorType
+    from mcp_compiler.ir.types import DataType
+    from mcp_compiler.passes import PassManager
+    from mcp_compiler.passes._rules import Rule, RuleSetPass
+
+    t = TensorType(DataType.FLOAT, (2,))
+    g = Graph("g")
+    x, a, y = Value("x", t), Value("a", t), Value("y", t)
+    g.inputs.append(x)
+    g.nodes += [Node("Neg", [x], [a], name="neg"), Node("Relu", [a], [y], name="relu")]
+    g.outputs.append(y)
+    tried = []
+
+    def check(m, model):
+        tried.append(m.nodes[-1].op_type)
+
+    class AbsFirst(RuleSetPass):
+        name = "abs-first"
+        reverse = True
+        rounds = ((Rule("abs", Op("Neg", Var("x")), lambda m, rc, y: [Node("Abs", [m["x"]], [y])], check),
+                   Rule("relu_of_abs", Op("Relu", Op("Abs", Var("x"))),
+                        lambda m, rc, y: [Node("Abs", [m["x"]], [y])], check)),)
+
+    _, records = PassManager([AbsFirst()]).run(Model(g, {"": 17}))
+    assert records[0].stats["abs"] == 1 and records[0].stats["relu_of_abs"] == 1
+    assert [n.op_type for n in g.nodes] == ["Abs"] and g.nodes[0].inputs[0] is x and g.nodes[0].outputs[0] is y
+    assert tried == ["Neg", "Relu"]
