@@ -82,16 +82,24 @@ def _foldable(g: Graph, known: set[int]) -> list[Node]:
     for n in g.nodes:
         if not n.is_onnx() or n.op_type in _NONDETERMINISTIC:
             continue
-        if any(a.type in (AttrType.GRAPH, AttrType.GRAPHS) or a.ref_attr_name for a in n.attributes.values()):
+        if n.attributes and any(a.type in (AttrType.GRAPH, AttrType.GRAPHS) or a.ref_attr_name
+                                for a in n.attributes.values()):
             continue
         if n.op_type == "Shape" and _static_shape(n) is not None and not n.attributes:
             fold.append(n)
             known.update(id(o) for o in n.outputs)
             continue
-        ins = [v for v in n.inputs if v is not None]
-        if ins and all(id(v) in known for v in ins) and n.op_type != "Constant" and not _expands_weights(n):
-            fold.append(n)
-            known.update(id(o) for o in n.outputs)
+        some = False   # every input given is known (most nodes: the first is not)
+        for v in n._inputs:
+            if v is None:
+                continue
+            if id(v) not in known:
+                break
+            some = True
+        else:
+            if some and n.op_type != "Constant" and not _expands_weights(n):
+                fold.append(n)
+                known.update(id(o) for o in n.outputs)
     return fold
 
 

@@ -46,11 +46,14 @@ class IdentityEliminationPass(RuleSetPass):
 def _noop(n: Node, rc: RewriteContext):  # noqa: ANN202
     """(x, how): n passes x through unchanged; how "uses" (y's users read x) or "take-over"
     (y is a graph output: x's producer makes y); else why not."""
-    if not n.is_onnx() or not n.inputs or n.inputs[0] is None:
+    ins = n._inputs
+    if not ins or ins[0] is None or not n.is_onnx():
         return "no first input"
-    if not _is_noop(n):
+    # (Add, Mul and the like are no-ops when they keep an operand: found once)
+    x = _kept_operand(n) if n.op_type in _NEUTRAL else ins[0] if _is_noop(n) else None
+    if x is None:
         return "not a no-op"
-    y, x = n.outputs[0], _kept_operand(n)
+    y = n.outputs[0]
     if any(rc.is_output(o) for o in n.outputs[1:]):
         return "its second output is a graph output"
     if y.type is not None and x.type is not None and y.type != x.type and n.op_type not in ("Identity", "Slice", *_NEUTRAL):
@@ -124,12 +127,13 @@ _NEUTRAL = {"Add": (0, True), "Sub": (0, False), "Mul": (1, True), "Div": (1, Fa
 
 def _kept_operand(n: Node) -> Value | None:
     """The operand an Identity-like node passes through: x of Add(x, 0) and the like."""
+    ins = n._inputs
     if n.op_type not in _NEUTRAL:
-        return n.inputs[0]
-    if len(n.inputs) != 2 or any(v is None for v in n.inputs):
+        return ins[0]
+    if len(ins) != 2 or ins[0] is None or ins[1] is None:
         return None
     element, commutes = _NEUTRAL[n.op_type]
-    for x, c in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0]))[:2 if commutes else 1]:
+    for x, c in ((ins[0], ins[1]), (ins[1], ins[0]))[:2 if commutes else 1]:
         if _other_scalar(c, element):
             continue
         a = R.const(c)
