@@ -47,7 +47,8 @@ class Site:
 
     def floats(self, i: int) -> list[float] | None:
         """Input i's contents when it is a small constant (initializer or Constant node)."""
-        inp = self.node.inputs[i] if i < len(self.node.inputs) else None
+        ins = self.node._inputs
+        inp = ins[i] if i < len(ins) else None
         t = None if inp is None else inp.const
         if inp is not None and t is None and inp.producer is not None and inp.producer.op_type == "Constant":
             a = inp.producer.attributes.get("value")
@@ -60,7 +61,8 @@ class Site:
             return None
 
     def has(self, i: int) -> bool:
-        return i < len(self.node.inputs) and self.node.inputs[i] is not None
+        ins = self.node._inputs   # (the list itself: Node.inputs makes a tuple per call)
+        return i < len(ins) and ins[i] is not None
 
     def rank(self, i: int = 0) -> int | None:
         s = self.shape(i)
@@ -116,7 +118,9 @@ def broadcast(site: Site, shapes: Sequence[Shape | None]) -> Shape | None:
     for axis in range(rank):
         dims = [s[len(s) - rank + axis] for s in shapes if len(s) - rank + axis >= 0]
         real = [d for d in dims if d != 1]
-        out.append(1 if not real else site.facts.unify(site, real, f"broadcast axis {axis}"))
+        # one dim not 1 on the axis (the usual case) is what unify would give back
+        out.append(1 if not real else real[0] if len(real) == 1 else
+                   site.facts.unify(site, real, f"broadcast axis {axis}"))
     return tuple(out)
 
 
@@ -129,7 +133,7 @@ def same(site: Site) -> list:
 
 
 def elementwise(site: Site) -> list:
-    return [broadcast(site, [site.shape(i) for i in range(len(site.node.inputs)) if site.has(i)])]
+    return [broadcast(site, [s for v, s in zip(site.node._inputs, site.shapes) if v is not None])]
 
 
 def _window(site: Site, spatial: Sequence[Dim], kernel: Sequence[int], transposed: bool = False) -> list[Dim]:

@@ -58,11 +58,15 @@ class SymbolicShapesPass(Pass):
 
 def model_symbols(model: Model) -> set[str]:
     out: set[str] = set()
+    seen: set[int] = set()   # values share their type objects (the importer makes one per type)
     for g in model.all_graphs():
         for v in [*g.inputs, *g.outputs, *g.value_info.values()]:
-            if isinstance(v.type, TensorType) and v.type.shape:
-                for d in v.type.shape:
-                    out.update(dim_symbols(d))
+            t = v.type
+            if id(t) in seen or not isinstance(t, TensorType) or not t.shape:
+                continue
+            seen.add(id(t))
+            for d in t.shape:
+                out.update(dim_symbols(d))
     return out
 
 
@@ -141,10 +145,10 @@ class Inference:
     def node(self, n: Node) -> None:
         onnx_op = n.is_onnx()
         key = n.op_type if onnx_op else f"{n.domain}.{n.op_type}"
-        ins = n.inputs
+        ins = n._inputs
         shapes, values = self.shapes, self.values
-        site = Site(n, [None if v is None else shapes.get(id(v)) for v in ins],
-                    [None if v is None else values.get(id(v)) for v in ins], self.opset, self.facts)
+        # (an omitted input, None, is never a key: its shape and contents come back None)
+        site = Site(n, [shapes.get(id(v)) for v in ins], [values.get(id(v)) for v in ins], self.opset, self.facts)
         rule = None if n.attributes and any(True for _ in n.subgraphs()) else SHAPE_RULES.get(key)
         if key == "Loop" and "body" in n.attributes:
             rule = self._loop
