@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from mcp_compiler.errors import McpError
-from mcp_compiler.ir import Model
+from mcp_compiler.ir import Graph, Model
 
 
 def _ir_log():  # noqa: ANN202 - logging.Logger (logging is imported when something is printed)
@@ -139,7 +139,16 @@ class PassRecord:
 
 
 def count_nodes(model: Model) -> int:
-    return sum(1 for _ in model.graph.walk())
+    return _count(model.graph)
+
+
+def _count(g: Graph) -> int:
+    """The nodes of g and its subgraphs (what graph.walk() yields, without a yield per node)."""
+    n = len(g.nodes)
+    for node in g.nodes:
+        if node.attributes:
+            n += sum(_count(sub) for sub in node.subgraphs())
+    return n
 
 
 class Repeat:

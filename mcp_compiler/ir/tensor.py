@@ -35,8 +35,8 @@ class Tensor:
                  *, string_data: Sequence[bytes] | None = None, doc_string: str = "",
                  metadata_props: dict[str, str] | None = None) -> None:
         self.name = name
-        self.dtype = DataType(dtype)
-        self.dims = tuple(int(d) for d in dims)
+        self.dtype = dtype if type(dtype) is DataType else DataType(dtype)
+        self.dims = tuple([int(d) for d in dims])
         if self.dtype == DataType.STRING:
             if raw is not None:
                 raise ValueError("STRING tensors hold string_data, not raw bytes")

@@ -36,7 +36,11 @@ def _sweep(g: Graph) -> tuple[int, int]:
     live_outputs = {id(v) for v in g.outputs}
     dead = []
     for n in reversed(g.nodes):
-        if any(o.uses or id(o) in live_outputs for o in n.outputs):
+        outs = n.outputs
+        if len(outs) == 1:   # (most nodes: no generator)
+            if outs[0].uses or id(outs[0]) in live_outputs:
+                continue
+        elif any(o.uses or id(o) in live_outputs for o in outs):
             continue
         n.detach()  # now its inputs may have lost their last use: seen as we walk back
         dead.append(n)
