@@ -185,9 +185,9 @@ def _without_big_tensors(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[
 
 def _big_constant(n: onnx.NodeProto) -> bool:
     """A Constant of the default domain holding one large `value` tensor, and nothing else."""
-    return (n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.output) == 1 and n.output[0] != ""
-            and len(n.attribute) == 1 and n.attribute[0].name == "value" and n.attribute[0].HasField("t")
-            and n.ByteSize() > _BIG_TENSOR)
+    return (n.op_type == "Constant" and n.ByteSize() > _BIG_TENSOR and n.domain in ("", "ai.onnx")
+            and len(n.output) == 1 and n.output[0] != ""
+            and len(n.attribute) == 1 and n.attribute[0].name == "value" and n.attribute[0].HasField("t"))
 
 
 def _merged_nodes(original, inferred, moved: set[int]) -> list:  # noqa: ANN001 - repeated NodeProto fields
@@ -232,7 +232,8 @@ def _all_tensor_protos(proto: onnx.ModelProto):  # noqa: ANN202
             yield s.values
             yield s.indices
         for n in g.node:
-            yield from attrs(n.attribute, depth)
+            if len(n.attribute):   # (most nodes have none: no generator for them)
+                yield from attrs(n.attribute, depth)
 
     def attrs(attributes, depth):  # noqa: ANN001, ANN202
         for a in attributes:
