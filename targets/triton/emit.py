@@ -118,8 +118,10 @@ def load_check_onnx(vdir: Path) -> None:
     from mcp_compiler.session import load_check as check
     from mcp_compiler.session import quiet_options
 
-    check(lambda: ort.InferenceSession(str(vdir / "model.onnx"), quiet_options(prepack=False),
-                                       providers=["CPUExecutionProvider"]), "onnxruntime")
+    so = quiet_options(prepack=False)
+    so.intra_op_num_threads = so.inter_op_num_threads = 1   # the session is not run: no thread pools
+    check(lambda: ort.InferenceSession(str(vdir / "model.onnx"), so, providers=["CPUExecutionProvider"]),
+          "onnxruntime")
 
 
 def session_check_maker(model: Model):  # noqa: ANN201 - () -> None
@@ -135,8 +137,10 @@ def session_check_maker(model: Model):  # noqa: ANN201 - () -> None
 
     so = quiet_options(prepack=False)
     # loading is what is checked: resolving the graph and its kernels, not optimizing it
-    # (a quarter of the session's time at 50k nodes)
+    # (a quarter of the session's time at 50k nodes), nor running it: no thread pools to start
+    # (a fifth of the session at 10k nodes, and their threads took turns with the writer's)
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
     made = []   # the lowering's own refusals are load-check failures too, as before the split
     check(lambda: made.append(session_maker(model, so, prepack=False)), "the serving runtime")
     return lambda: check(made[0], "the serving runtime")
