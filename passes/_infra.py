@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from mcp_compiler.errors import McpError
-from mcp_compiler.ir import Graph, Model
+from mcp_compiler.ir import AttrType, Graph, Model
 
 
 def _ir_log():  # noqa: ANN202 - logging.Logger (logging is imported when something is printed)
@@ -147,7 +147,11 @@ def _count(g: Graph) -> int:
     n = len(g.nodes)
     for node in g.nodes:
         if node.attributes:
-            n += sum(_count(sub) for sub in node.subgraphs())
+            for a in node.attributes.values():
+                if a.type == AttrType.GRAPH:
+                    n += _count(a.value)
+                elif a.type == AttrType.GRAPHS:
+                    n += sum(_count(sub) for sub in a.value)
     return n
 
 
