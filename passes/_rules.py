@@ -314,9 +314,12 @@ class RuleSetPass(Pass):
         changed = False
         rounds = self._rounds(model)
         for g in self.graphs(model):
-            for rules in rounds:
-                if any(n.op_type in rules for n in g.nodes):   # else no candidate site
-                    changed |= self._drive(model, g, rules, fired, stopped).finish()
+            ops = {n.op_type for n in g.nodes}
+            for i, rules in enumerate(rounds):
+                if i and changed:   # an earlier round may have made new ops
+                    ops = {n.op_type for n in g.nodes}
+                if not ops.isdisjoint(rules):   # else no candidate site
+                    changed |= self._drive(model, g, rules, fired, stopped, set(ops)).finish()
         stats: dict = {"fired": sum(fired.values()), **fired}
         warnings = []
         if stopped:
@@ -328,16 +331,16 @@ class RuleSetPass(Pass):
         return PassResult(model, changed, stats, warnings=warnings)
 
     def _drive(self, model: Model, g: Graph, rules: dict[str, list[BaseRule]], fired: dict[str, int],
-               stopped: list[str]) -> RewriteContext:
+               stopped: list[str], ops: set[str]) -> RewriteContext:
         """The worklist: every node once, then what the rewrites touched, until nothing fires;
         returns the context whose `finish` puts the rewrites in place."""
         work = [n for n in g.nodes if n.op_type in rules]
         if not self.reverse:
             work.reverse()   # a stack: pop gives the first node first
         queued = {id(n) for n in work}
-        # The op types in the graph (and of every node a rewrite made since): a rule whose pattern
-        # needs an op not among them is not tried (most fusions, on most nodes of their root op).
-        ops = {n.op_type for n in g.nodes}
+        # `ops`: the op types in the graph (and of every node a rewrite made since): a rule whose
+        # pattern needs an op not among them is not tried (most fusions, on most nodes of their
+        # root op).
         may: dict[int, bool] = {}   # id(rule) -> whether it may fire, given `ops`
 
         def push(n: Node) -> None:
