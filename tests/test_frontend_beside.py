@@ -47,6 +47,27 @@ def test_a_subgraph_and_big_constants_load_the_same_beside(tmp_path):
     _same_both_ways(_model(tmp_path / "m.onnx"))
 
 
+def test_big_constants_and_initializers_load_the_same_beside(tmp_path):
+    """The light copy's stand-ins (a 128 KiB Constant, a 128 KiB initializer) with no subgraph:
+    the nodes come from the file while the light copy is inferred."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 4096)).astype(np.float32)
+    big = rng.standard_normal((32768,)).astype(np.float32)
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(w)),
+             helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Relu", ["mm"], ["y"]),
+             helper.make_node("Neg", ["big"], ["z"])]
+    g = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4096]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [32768])],
+                          initializer=[numpy_helper.from_array(big, "big")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert sorted(frontend._without_big_tensors(onnx.load(path))[1]) == ["big", "w"]
+    _same_both_ways(path)
+    mm = load_onnx(path, beside=True).model.graph.nodes[1].outputs[0]
+    assert mm.type is not None and mm.type.shape == ("N", 4096)   # inferred through the stand-in
+
+
 def test_a_chain_without_declared_types_loads_the_same_beside(tmp_path):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
     c = numpy_helper.from_array(np.full(8, 2.0, np.float32), "c")
