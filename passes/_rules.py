@@ -101,10 +101,11 @@ class RewriteContext:
         """Every user of `old` reads `new` instead (they are looked at again)."""
         users = [u for u, _ in old.uses]
         old.replace_all_uses_with(new)
+        dead = self._dead
         for u in users:
-            if not self.dead(u):
+            if id(u) not in dead:
                 self.changed(u)
-        if new.producer is not None and not self.dead(new.producer):
+        if new.producer is not None and id(new.producer) not in dead:
             self._push(new.producer)
 
     def set_input(self, n: Node, i: int, v: Value | None) -> None:
@@ -116,14 +117,15 @@ class RewriteContext:
 
     def changed(self, n: Node) -> None:
         """Look at n again, and at its producers and users (what may match now)."""
-        self._push(n)
-        for v in n.inputs:
-            if v is not None and v.producer is not None and not self.dead(v.producer):
-                self._push(v.producer)
+        push, dead = self._push, self._dead
+        push(n)
+        for v in n._inputs:
+            if v is not None and v.producer is not None and id(v.producer) not in dead:
+                push(v.producer)
         for o in n.outputs:
             for u, _ in o.uses:
-                if not self.dead(u):
-                    self._push(u)
+                if id(u) not in dead:
+                    push(u)
 
     def _kill(self, n: Node) -> None:
         if id(n) in self._dead:
