@@ -73,12 +73,9 @@ class OnnxTarget(Target):
             for n in names:
                 follow_umask(tmp / n)
             if options.load_check:   # an optimized model that onnxruntime refuses is no output
-                import onnxruntime as ort
+                from mcp_compiler.session import load_check_file
 
-                from mcp_compiler.session import load_check, quiet_options
-
-                load_check(lambda: ort.InferenceSession(str(tmp / out.name), quiet_options(prepack=False),
-                                                        providers=["CPUExecutionProvider"]), "onnxruntime")
+                load_check_file(tmp / out.name)
             if options.check is not None:
                 options.check(tmp / out.name)
             stale = out.with_name(out.name + ".data")
