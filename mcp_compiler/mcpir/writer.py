@@ -192,26 +192,6 @@ class _Encoder:
         b.head = head - 4
         return end - b.head
 
-    def fields(self, fields: list[tuple[int, int]]) -> None:
-        """What the builder's PrependUOffsetTRelativeSlot writes for each (slot, offset) in turn,
-        in one pack (the per-field calls were a third of the writer's time); a 0 offset (an
-        absent field) is left out, as the builder leaves it out."""
-        fields = [f for f in fields if f[1]]
-        if not fields:
-            return
-        b, n = self.b, len(fields)
-        b.Prep(4, 4 * n)   # aligns (the fields are all 4 bytes) and makes room for them
-        end, head = len(b.Bytes), b.head
-        vtable, words = b.current_vtable, []
-        for slot, off in fields:   # each written below the one before; its offset counts from the end
-            head -= 4
-            at = end - head
-            words.append(at - off)
-            vtable[slot] = at
-        words.reverse()
-        struct.pack_into(f"<{n}I", b.Bytes, head, *words)
-        b.head = head
-
     def table(self, numfields: int, fields: list[tuple[int, int]]) -> int:
         """A table of offset fields only, as the builder's StartObject(numfields), its
         PrependUOffsetTRelativeSlot per (slot, offset) and EndObject write it (the same bytes,
@@ -226,7 +206,7 @@ class _Encoder:
         if (len(b.Bytes) - b.head) & 3 or b.head < 4 * n + 4 or b.minalign < 4:
             b.Prep(4, 4 * n)   # align, make room for the fields and the vtable offset (seldom needed)
         end, head, words = len(b.Bytes), b.head, []
-        for slot, off in fields:   # (what fields() writes)
+        for slot, off in fields:   # (what PrependUOffsetTRelativeSlot writes for each)
             head -= 4
             at[slot] = end - head
             words.append(end - head - off)
@@ -393,11 +373,16 @@ class _Encoder:
         props = self.props(v.metadata_props)
         if not v.layout:   # (the layout byte is left out at its default, 0)
             return self.table(5, [(0, name), (1, typ), (3, doc), (4, props)])
-        b = self.b
+        b = self.b   # (a layout contract: interface values of a layout-converted model)
         fb.ValueStart(b)
-        self.fields([(0, name), (1, typ)])   # name, type
+        fb.ValueAddName(b, name)
+        if typ:
+            fb.ValueAddType(b, typ)
         fb.ValueAddLayout(b, int(v.layout))
-        self.fields([(3, doc), (4, props)])   # doc_string, metadata_props
+        if doc:
+            fb.ValueAddDocString(b, doc)
+        if props:
+            fb.ValueAddMetadataProps(b, props)
         return fb.ValueEnd(b)
 
     # -- types and dims -----------------------------------------------------------------------
