@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from mcp_compiler.errors import McpError
-from mcp_compiler.ir import AttrType, Graph, Model
+from mcp_compiler.ir import Graph, Model
 
 
 def _ir_log():  # noqa: ANN202 - logging.Logger (logging is imported when something is printed)
@@ -147,11 +147,7 @@ def _count(g: Graph) -> int:
     n = len(g.nodes)
     for node in g.nodes:
         if node.attributes:
-            for a in node.attributes.values():
-                if a.type == AttrType.GRAPH:
-                    n += _count(a.value)
-                elif a.type == AttrType.GRAPHS:
-                    n += sum(_count(sub) for sub in a.value)
+            n += sum(_count(sub) for sub in node.subgraphs())
     return n
 
 
@@ -313,8 +309,8 @@ class PassManager:
         """Run the steps; `self.properties` then holds what the model is known to have."""
         self.properties: set[Property] = set(self.initial)
         self._version = 0   # how many runs have changed the model
-        self._fixed: dict[tuple, int] = {}   # an idempotent pass -> the version its last run left
-        self._fixed_pass: dict[tuple, Pass] = {}
+        # an idempotent pass -> (the version its last run left, the pass)
+        self._fixed: dict[tuple, tuple[int, Pass]] = {}
         self._kept_by: dict[tuple, list[str]] = {}   # the passes that changed the model since, keeping it
         records: list[PassRecord] = []
         done: list[str] = []
@@ -333,7 +329,8 @@ class PassManager:
         # the count after the last pass stands until a pass changes the model (one walk per change)
         before = records[-1].nodes_after if records else count_nodes(model)
         key = _pass_key(p)
-        if self._fixed.get(key) == self._version:
+        fixed = self._fixed.get(key)
+        if fixed is not None and fixed[0] == self._version:
             keepers = self._kept_by.get(key)
             why = ("the model is unchanged since its last run" if not keepers else
                    f"the model changed since its last run only by {', '.join(keepers)}, which keep its fixed point")
@@ -357,18 +354,16 @@ class PassManager:
             inst.after(p, model, result, record, self)
         if result.modified:
             self.properties &= set(p.preserves)
-            kept = self.fixed_points_kept(p)
+            kept = self._kept(p)
             self._version += 1
-            for q in kept:
-                k = _pass_key(q)
-                self._fixed[k] = self._version
+            for k in kept:
+                self._fixed[k] = (self._version, self._fixed[k][1])
                 keepers = self._kept_by.setdefault(k, [])
                 if p.name not in keepers:
                     keepers.append(p.name)
         self.properties |= p.establishes
         if p.left_fixed_point(result):
-            self._fixed[key] = self._version
-            self._fixed_pass[key] = p
+            self._fixed[key] = (self._version, p)
             self._kept_by.pop(key, None)
         records.append(record)
         done.append(p.name)
@@ -377,8 +372,11 @@ class PassManager:
     def fixed_points_kept(self, p: Pass) -> list[Pass]:
         """The passes now at their fixed point (skipped if run next) that a run of `p` that
         changes the model says it keeps there."""
-        return [q for k, q in self._fixed_pass.items()
-                if q.name in p.keeps_fixed_points and self._fixed.get(k) == self._version]
+        return [self._fixed[k][1] for k in self._kept(p)]
+
+    def _kept(self, p: Pass) -> list[tuple]:
+        return [k for k, (version, q) in self._fixed.items()
+                if version == self._version and q.name in p.keeps_fixed_points]
 
 
 def _pass_key(p: Pass) -> tuple:
