@@ -4,6 +4,11 @@
 
     python benchmarks/bench_scale.py [--runs 5] [--quick]
 
+`floor`: a process doing only what every conversion does by design besides its own work on the
+nodes: import numpy, onnx and onnxruntime, parse the file, the ONNX checker and shape inference,
+and the load check's onnxruntime session on the converted result (no passes, no IR, nothing
+written). Where the floor alone reaches ORT basic's time, no Python pipeline can get under it.
+
 `mcp-cli convert --target triton-v1.12` (frontend, checker, shape inference, the normalization
 pipeline, .mcpir and repository) vs `onnxslim in.onnx out.onnx` (its default optimization), each
 a whole process; node counts after each.
@@ -34,6 +39,20 @@ PEER_TIMEOUT = 90.0  # seconds; a peer slower than this is reported as a timeout
 # where it is not installed: some 15 ms slower a run here, numpy's typing modules load slower under runpy).
 _SCRIPT = Path(PY).parent / "mcp-cli"
 MCP = [str(_SCRIPT)] if _SCRIPT.exists() else [PY, "-m", "mcp_compiler.cli"]
+
+
+# the fixed part of a conversion (see the module doc): argv = original model, converted model
+FLOOR = """
+import sys
+import onnx, onnx.checker, onnx.shape_inference, onnxruntime as ort
+from mcp_compiler.session import load_check_options
+m = onnx.load(sys.argv[1])
+onnx.checker.check_model(m)
+onnx.shape_inference.infer_shapes(m)
+so = load_check_options()   # as the python backend's check: loading resolved, nothing optimized
+so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+ort.InferenceSession(sys.argv[2], so, providers=["CPUExecutionProvider"])
+"""
 
 
 def deep_graph(path: Path, nodes: int) -> None:
@@ -87,7 +106,9 @@ def main() -> None:
             startup["version"].append(measure([*MCP, "--version"]).wall)
             startup["ort"].append(measure([PY, "-c", "import onnxruntime"]).wall)
         for name, src in models:
-            times[name] = {"mcp": [], "slim": [], "ort": []}
+            times[name] = {"mcp": [], "slim": [], "ort": [], "floor": []}
+            converted = d / "converted.onnx"   # what the load check sees, made once
+            assert measure([*MCP, "convert", "-i", str(src), "-o", str(converted)]).rc == 0, name
             for _ in range(args.runs):
                 repo = d / "repo"
                 shutil.rmtree(repo, ignore_errors=True)
@@ -97,6 +118,9 @@ def main() -> None:
                 r = measure(ort_offline_cmd(src, d / "ort.onnx", False))
                 assert r.rc == 0, name
                 times[name]["ort"].append(r.wall)
+                r = measure([PY, "-c", FLOOR, str(src), str(converted)])
+                assert r.rc == 0, name
+                times[name]["floor"].append(r.wall)
                 if has_slim and not any(x == float("inf") for x in times[name]["slim"]):
                     r = measure([str(Path(PY).parent / "onnxslim"), str(src), str(d / "slim.onnx")],
                                 timeout=PEER_TIMEOUT)
@@ -104,6 +128,7 @@ def main() -> None:
             mcp = statistics.median(times[name]["mcp"])
             ort_s = statistics.median(times[name]["ort"])
             paired = sorted(a / b for a, b in zip(times[name]["mcp"], times[name]["ort"]))
+            floor = statistics.median(times[name]["floor"])
             slim = statistics.median(times[name]["slim"]) if has_slim else float("nan")
             timed_out = slim == float("inf")
             slim_nodes = "-" if not has_slim or timed_out else count(d / "slim.onnx")
@@ -111,7 +136,7 @@ def main() -> None:
                          f">{PEER_TIMEOUT:.0f} (timeout)" if timed_out else f"{slim:.2f}",
                          f"<{mcp / PEER_TIMEOUT:.2f}" if timed_out else f"{mcp / slim:.2f}",
                          count(d / "ort.onnx"), f"{ort_s:.2f}", f"{mcp / ort_s:.2f}",
-                         f"{paired[0]:.2f}-{paired[-1]:.2f}"])
+                         f"{paired[0]:.2f}-{paired[-1]:.2f}", f"{floor:.2f}", f"{floor / ort_s:.2f}"])
             print(rows[-1], flush=True)
     deep = [r for r in rows if r[0].startswith("deep")]
     ratio = float(deep[-1][4]) / float(deep[0][4])
@@ -127,10 +152,13 @@ def main() -> None:
         f"{args.runs}; `ORT basic`: onnxruntime's own offline optimization (an InferenceSession with "
         "ORT_ENABLE_BASIC and optimized_model_filepath, its import included), taking turns with the others. "
         "`deep*`: chains of Constant -> Mul -> Relu -> Identity. Node counts after "
-        "differ where one tool folds or fuses what the other does not (see the passes section).",
+        "differ where one tool folds or fuses what the other does not (see the passes section). "
+        "`floor`: a process doing only the fixed part of every conversion (imports of numpy, onnx and "
+        "onnxruntime, parsing, the ONNX checker and shape inference, the load check's onnxruntime "
+        "session on the converted result), in the same turns: no Python pipeline gets under it.",
         table(["model", "nodes in", "nodes after (mcp)", "nodes after (onnxslim)", "mcp-cli s", "onnxslim s",
                "mcp / onnxslim", "nodes after (ORT basic)", "ORT basic s", "mcp / ORT basic",
-               "mcp / ORT basic, paired runs (min-max)"], rows),
+               "mcp / ORT basic, paired runs (min-max)", "floor s", "floor / ORT basic"], rows),
         f"Growth: the {deep[-1][0]} graph takes {ratio:.1f}x the {deep[0][0]} one (goal <= 10x). "
         f"Start-up: `mcp-cli --version` {statistics.median(startup['version']):.2f} s, `import onnxruntime` "
         f"{statistics.median(startup['ort']):.2f} s: {version:.2f}x (goal <= 0.85x; medians of "
