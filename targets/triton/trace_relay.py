@@ -155,5 +155,6 @@ class TraceRelay:
 
     def summary(self) -> str:
         s = self.stats
-        line = f"trace relay: {s.received} batches received, {s.forwarded} forwarded to {self.target}, {s.dropped} dropped"
+        batches = "batch" if s.received == 1 else "batches"
+        line = f"trace relay: {s.received} {batches} received, {s.forwarded} forwarded to {self.target}, {s.dropped} dropped"
         return line + (f" (last: {s.last_error})" if s.dropped and s.last_error else "")

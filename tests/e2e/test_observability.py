@@ -180,7 +180,7 @@ def test_a_dead_collector_does_not_slow_requests(repo):
     # what the dead collector did not take is counted by the relay, and said at exit
     dropped = re.search(r"^mcp_trace_relay_batches_dropped (\d+)", counts, re.M)
     assert dropped is not None and int(dropped.group(1)) > 0, counts
-    said = re.search(r"trace relay: (\d+) batches received, 0 forwarded to \S+, (\d+) dropped \(last: (.*)\)", err_down)
+    said = re.search(r"trace relay: (\d+) batch(?:es)? received, 0 forwarded to \S+, (\d+) dropped \(last: (.*)\)", err_down)
     assert said and int(said.group(2)) == int(said.group(1)) > 0 and "unreachable" in said.group(3), err_down
 
 

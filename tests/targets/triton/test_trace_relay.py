@@ -84,3 +84,11 @@ def test_a_failing_and_a_slow_collector_drop_what_they_do_not_take():
         relay.close(drain=0.5)
         slow.close()
     assert relay.stats.forwarded == 0 and relay.stats.received == 10
+
+
+def test_the_exit_line_counts_one_batch_as_one():
+    relay = TraceRelay("http://127.0.0.1:9/v1/traces")   # never started: only the line is read
+    relay.stats.received = relay.stats.forwarded = 1
+    assert relay.summary().startswith("trace relay: 1 batch received, 1 forwarded to ")
+    relay.stats.received = 2
+    assert relay.summary().startswith("trace relay: 2 batches received, ")
