@@ -108,7 +108,7 @@ def main() -> None:
         for name, src in models:
             times[name] = {"mcp": [], "slim": [], "ort": [], "floor": []}
             converted = d / "converted.onnx"   # what the load check sees, made once
-            assert measure([*MCP, "convert", "-i", str(src), "-o", str(converted)]).rc == 0, name
+            assert measure([*MCP, "convert", "-i", str(src), "-o", str(converted), "--force"]).rc == 0, name
             for _ in range(args.runs):
                 repo = d / "repo"
                 shutil.rmtree(repo, ignore_errors=True)
