@@ -138,13 +138,14 @@ def tri_state(text: str | None, flag: str) -> bool | None:
     raise UsageError(f"{flag}: expected true, false or auto, got {text!r}")
 
 
-def one_model(positional: Path | None, option: Path | None, what: str = "MODEL") -> Path:
+def one_model(positional: Path | None, option: Path | None, what: str = "MODEL",
+              missing: str = "the .onnx file to convert (e.g. `mcp-cli convert model.onnx ...`)") -> Path:
     """The model, given as the positional argument or (the older spelling) --input."""
     if positional is not None and option is not None and positional != option:
         raise UsageError(f"give the {what} once: as an argument or with --input, not both")
     model = positional if positional is not None else option
     if model is None:
-        raise UsageError(f"missing {what}: the .onnx file to convert (e.g. `mcp-cli convert model.onnx ...`)")
+        raise UsageError(f"missing {what}: {missing}")
     return model
 
 

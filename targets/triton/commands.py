@@ -224,7 +224,7 @@ def _wait(server) -> None:  # noqa: ANN001 - serve.TritonServer
 @command("verify", "mcp-cli verify model.onnx model_repository/model",
          "mcp-cli verify model.onnx model_repository/model --samples 4 --dims batch=2 --json")
 def verify(
-    model: Optional[Path] = typer.Argument(None, help="The original ONNX model.", dir_okay=False, show_default=False),
+    model: Optional[Path] = typer.Argument(None, help="The original ONNX model.", show_default=False),
     entry: Optional[Path] = typer.Argument(None, help="The emitted entry: DIR/NAME.", show_default=False),
     input: Optional[Path] = typer.Option(None, "--input", "-i", hidden=True, dir_okay=False,
                                          help="The original model, the older way."),
@@ -256,8 +256,13 @@ def verify(
         for flag, v in (("--rtol", rtol), ("--atol", atol)):
             if not 0 <= v < float("inf"):
                 raise UsageError(f"{flag} must be a finite number >= 0, got {v}")
-        original = one_model(model, input, "MODEL")
         where = entry if entry is not None else repository
+        if model is not None and model.is_dir():
+            # the entry alone (`mcp-cli verify repo/name`): the original is what it is compared with
+            raise UsageError(f"{model} is a folder; verify compares an entry with its original model, the .onnx "
+                             f"first: `mcp-cli verify MODEL.onnx {where if where is not None else model}`")
+        original = one_model(model, input, "MODEL", "the original .onnx model, then the entry (e.g. `mcp-cli verify "
+                             "model.onnx model_repository/model`)")
         if where is None:
             raise UsageError("missing ENTRY: the emitted DIR/NAME to compare (e.g. `mcp-cli verify "
                              "model.onnx model_repository/model`)")

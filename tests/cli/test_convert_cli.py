@@ -21,6 +21,15 @@ def test_model_is_an_argument_and_input_still_works(tmp_path):
     assert r.exit_code == 2 and "missing MODEL" in r.stderr
 
 
+def test_verify_given_the_entry_alone_says_the_original_comes_first(tmp_path):
+    entry = tmp_path / "repo" / "m"
+    entry.mkdir(parents=True)
+    r = runner.invoke(app, ["verify", str(entry)])
+    assert r.exit_code == 2 and f"`mcp-cli verify MODEL.onnx {entry}`" in r.stderr, r.output
+    r = runner.invoke(app, ["verify"])
+    assert r.exit_code == 2 and "missing MODEL: the original .onnx model, then the entry" in r.stderr, r.output
+
+
 def test_help_has_panels_examples_and_no_bool_metavar():
     r = runner.invoke(app, ["convert", "--help"], terminal_width=200)
     assert r.exit_code == 0
