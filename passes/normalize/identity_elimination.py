@@ -97,6 +97,7 @@ IdentityEliminationPass.rounds = (_RULES,)
 
 
 def _is_noop(n: Node) -> bool:
+    """n passes its first input through unchanged (the ops of _NEUTRAL: _kept_operand)."""
     op = n.op_type
     if op == "Identity":
         return len(n.outputs) == 1
@@ -117,8 +118,6 @@ def _is_noop(n: Node) -> bool:
         return perm is not None and list(perm.value) == list(range(len(perm.value))) and len(n.outputs) == 1
     if op == "Slice":
         return len(n.outputs) == 1 and _takes_everything(n)
-    if op in _NEUTRAL:
-        return _kept_operand(n) is not None
     return False
 
 
@@ -126,10 +125,8 @@ _NEUTRAL = {"Add": (0, True), "Sub": (0, False), "Mul": (1, True), "Div": (1, Fa
 
 
 def _kept_operand(n: Node) -> Value | None:
-    """The operand an Identity-like node passes through: x of Add(x, 0) and the like."""
+    """The operand a node of _NEUTRAL's ops passes through, x of Add(x, 0) and the like, or None."""
     ins = n._inputs
-    if n.op_type not in _NEUTRAL:
-        return ins[0]
     if len(ins) != 2 or ins[0] is None or ins[1] is None:
         return None
     element, commutes = _NEUTRAL[n.op_type]
