@@ -318,11 +318,12 @@ class _ExternalData:
 
     def check(self, t: onnx.TensorProto) -> None:
         real, _, length = self.resolve(t)
-        expected = _expected_nbytes(t)
+        dt = _data_type(t)
+        expected = _expected_nbytes(t, dt)
         if expected is not None and length != expected:
             raise InvalidModelError(
                 None, f"tensor {t.name!r}: external data holds {length} bytes, dims "
-                      f"{list(t.dims)} of {DataType(t.data_type).name} need {expected}")
+                      f"{list(t.dims)} of {dt.name} need {expected}")
         self.files.setdefault(real, None)
 
     def source(self, t: onnx.TensorProto) -> tuple[str, int]:
@@ -354,8 +355,8 @@ def _data_type(t: onnx.TensorProto) -> DataType:
     return dt
 
 
-def _expected_nbytes(t: onnx.TensorProto) -> int | None:
-    dt = _data_type(t)
+def _expected_nbytes(t: onnx.TensorProto, dt: DataType) -> int | None:
+    """The bytes t's dims of `dt` (its _data_type) take; None for UNDEFINED and STRING."""
     if dt in _NO_RAW:
         return None
     n = 1
@@ -546,8 +547,8 @@ class _Importer:
     def tensor(self, t: onnx.TensorProto) -> Tensor:
         if len(t.dims) and t.HasField("segment"):
             raise UnsupportedError(f"tensor {t.name!r}: segmented tensors are not supported")
-        expected = _expected_nbytes(t)
         dt = _data_type(t)
+        expected = _expected_nbytes(t, dt)
         props = _props(t.metadata_props) if len(t.metadata_props) else {}
         if dt == DataType.UNDEFINED:
             raise InvalidModelError(None, f"tensor {t.name!r}: data type UNDEFINED")
