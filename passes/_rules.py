@@ -316,12 +316,13 @@ class RuleSetPass(Pass):
         changed = False
         rounds = self._rounds(model)
         for g in self.graphs(model):
-            ops = {n.op_type for n in g.nodes}
-            for i, rules in enumerate(rounds):
-                if i and changed:   # an earlier round may have made new ops
+            ops = None   # g's op types: gathered again after a round that changed g (it may have made new ones)
+            for rules in rounds:
+                if ops is None:
                     ops = {n.op_type for n in g.nodes}
-                if not ops.isdisjoint(rules):   # else no candidate site
-                    changed |= self._drive(model, g, rules, fired, stopped, set(ops)).finish()
+                # (no op of the round's roots in g: no candidate site)
+                if not ops.isdisjoint(rules) and self._drive(model, g, rules, fired, stopped, set(ops)).finish():
+                    changed, ops = True, None
         stats: dict = {"fired": sum(fired.values()), **fired}
         warnings = []
         if stopped:
