@@ -49,9 +49,8 @@ from mcp_compiler.session import load_check_options
 m = onnx.load(sys.argv[1])
 onnx.checker.check_model(m)
 onnx.shape_inference.infer_shapes(m)
-so = load_check_options()   # as the python backend's check: loading resolved, nothing optimized
-so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-ort.InferenceSession(sys.argv[2], so, providers=["CPUExecutionProvider"])
+# the python backend's check: loading resolved, nothing optimized
+ort.InferenceSession(sys.argv[2], load_check_options(optimize=False), providers=["CPUExecutionProvider"])
 """
 
 

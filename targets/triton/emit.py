@@ -124,15 +124,10 @@ def session_check_maker(model: Model):  # noqa: ANN201 - () -> None
     the same IR), not by reading the file back (a fifth of the conversion at 50k nodes): lowered
     now, the session made (and checked) when called. The file's header and the IR's order are
     checked beside it; `mcp-cli verify` (and `--verify`) runs the runtime on the file."""
-    import onnxruntime as ort
-
     from mcp_compiler.session import load_check as check
     from mcp_compiler.session import load_check_options, session_maker
 
-    so = load_check_options()
-    # loading is what is checked: resolving the graph and its kernels, not optimizing it
-    # (a quarter of the session's time at 50k nodes)
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so = load_check_options(optimize=False)
     made = []   # the lowering's own refusals are load-check failures too, as before the split
     check(lambda: made.append(session_maker(model, so, prepack=False)), "the serving runtime")
     return lambda: check(made[0], "the serving runtime")
