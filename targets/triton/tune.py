@@ -246,8 +246,7 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
             if chosen.setting.dynamic_batching and time.monotonic() - t0 + most <= budget_s:
                 timeout_trial = search.run(replace(chosen.setting, inference_timeout_ms=max(1, round(slo_p99_ms))),
                                            "timeout", rank=False)
-                say(f"timeout trial: inference_timeout_ms {max(1, round(slo_p99_ms))}: "
-                    f"{timeout_trial.to_dict()['rejected_fraction']} of requests rejected")
+                say(_timeout_line(timeout_trial))
         finally:
             # the model as it was (Ctrl-C included); the server stops on the way out of served()
             try:
@@ -456,6 +455,14 @@ def _line(k: int, t: Trial, best: Trial | None, slo: float) -> str:
     tail = f"; best so far {best.point.throughput:.0f} req/s at p99 {best.point.p99_ms} ms" if best else ""
     return (f"{what}: {describe(t.setting)}: {p.throughput:.0f} req/s, p99 {p.p99_ms} ms ({ok} {slo:g} ms)"
             f"{', ' + str(p.errors) + ' errors' if p.errors else ''}{tail}")
+
+
+def _timeout_line(t: Trial) -> str:
+    """The timeout trial's progress line, its share rejected as the summary says it."""
+    what = f"timeout trial: inference_timeout_ms {t.setting.inference_timeout_ms}"
+    if t.point is None:
+        return f"{what}: failed: {t.error}"
+    return f"{what}: {t.to_dict()['rejected_fraction']:.1%} of requests rejected"
 
 
 def label(s: Setting) -> str:

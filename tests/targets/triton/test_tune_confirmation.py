@@ -123,3 +123,13 @@ def test_remote_request_from_a_config_without_batching():
     assert "x.0=1, x.1=128, wave.0=128" in notes[0]
     feeds, _ = _remote_feeds(cfg, None, 1, {"x.0": 4}, 128)
     assert feeds["x"].shape == (4, 128)
+
+
+def test_the_timeout_trial_line_says_a_share_or_why_it_failed():
+    setting = T.Setting(True, 8, inference_timeout_ms=20)
+    p = _point(100.0)
+    p.rejected, p.requests = 38, 250
+    assert T._timeout_line(T.Trial(setting, p, None)) == \
+        "timeout trial: inference_timeout_ms 20: 15.2% of requests rejected"
+    assert T._timeout_line(T.Trial(setting, None, None, error="the server went away")) == \
+        "timeout trial: inference_timeout_ms 20: failed: the server went away"
