@@ -18,8 +18,11 @@ def sanitize_name(stem: str) -> str:
     return name[:128]
 
 
-def check_name(name: str) -> str:
-    if not _NAME_OK.match(name) or name in (".", "..") or ".." in name:
-        raise UsageError(f"model name {name!r} is not accepted: use letters, digits, '_', '.', '-' "
-                         "(no path separators, not starting with '.' or '-')")
+def check_name(name: str, *, what: str = "model name") -> str:
+    """`name` if it is safe as a folder name and a server-side model name; else one usage line.
+    Every name that becomes a path or a server identifier (--name, a config's `name:`, a zoo
+    entry, undeploy's NAME, a KServe model name) passes here before anything is sent or written."""
+    if not isinstance(name, str) or not _NAME_OK.fullmatch(name) or ".." in name:
+        raise UsageError(f"{what} {name!r} is not accepted: use letters, digits, '_', '.', '-' "
+                         "(no path separators, not starting with '.' or '-', at most 128 characters)")
     return name

@@ -74,6 +74,11 @@ def cold(s: Served, runs: int = 3, metrics_url: str | None = None, progress=None
     out = []
     # one channel for the whole measurement, connected before anything is timed: the first
     # request's latency is the model's, not a TCP and HTTP/2 handshake's
+    from .deploy import reload_source
+
+    # a model deploy uploaded is not in the server's repository: it is loaded back from the copy
+    # deploy kept (or not unloaded at all when there is none)
+    source = reload_source(s.conn, s.name) if s.server is None else None
     c = _client(s)
     inputs = _inputs(s)
     try:
@@ -81,7 +86,7 @@ def cold(s: Served, runs: int = 3, metrics_url: str | None = None, progress=None
             unload_model(s)
             _wait_unloaded(s)
             t0 = time.perf_counter()
-            load_model(s)
+            load_model(s, *(source or ()))
             load_s = time.perf_counter() - t0
             before = _stats(c, s)
             c.is_server_live(headers=s.conn.headers())

@@ -737,6 +737,12 @@ def bench(
         from .bench import bench as run_bench
 
         if cold_start:
+            ignored = [f for f, v in (("--concurrency", concurrency), ("--rate", rate), ("--csv", csv_path),
+                                      ("--seconds", seconds), ("--slo-p99-ms", slo_p99_ms),
+                                      ("--sequence-length", sequence_length)) if v is not None]
+            if ignored:
+                raise UsageError(f"{ignored[0]} does not go with --cold (a cold start is measured with "
+                                 "sequential requests; --cold-runs sets how many)")
             return _cold(rep, target, conn.connection(required=False), cold_runs, metrics_url, inputs, dims, json_out)
         if metrics_url is not None:
             raise UsageError("--metrics-url goes with --cold")

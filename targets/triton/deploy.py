@@ -36,6 +36,7 @@ from mcp_compiler.errors import (
     ServerUnreachableError,
     UsageError,
 )
+from mcp_compiler.names import check_name
 
 # One gRPC message carries at most 2 GiB - 1 byte (client and Triton alike); leave room for the
 # config and framing. HTTP sends files base64-encoded in one JSON body: past 1 GiB the client's
@@ -241,31 +242,22 @@ def _call(conn: Connection, doing: str, fn, *args, **kw):  # noqa: ANN001, ANN20
 
 def read_entry(entry: Path, version: int | None) -> tuple[Any, int, Path, dict[str, bytes]]:
     """(ModelConfig, server version, local version folder, upload files) of DIR/NAME."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2 as mc
+    from .entry import read_config, read_files, version_dirs
 
     entry = Path(entry)
-    cfg_path = entry / "config.pbtxt"
-    if not cfg_path.is_file():
-        raise UsageError(f"{entry}: not a model repository entry (no config.pbtxt); give DIR/NAME")
-    try:
-        cfg = text_format.Parse(cfg_path.read_text(encoding="utf-8"), mc.ModelConfig())
-    except text_format.ParseError as e:
-        raise InvalidModelError(cfg_path, f"not a valid config.pbtxt: {e}") from None
-    versions = sorted(int(p.name) for p in entry.iterdir() if p.is_dir() and p.name.isdigit())
+    cfg = read_config(entry)
+    versions = version_dirs(entry)
     if not versions:
         raise InvalidModelError(entry, "no version folder (e.g. 1/)")
-    local = entry / str(versions[-1])
-    v = version if version is not None else versions[-1]
+    local = versions[-1][1]
+    v = version if version is not None else versions[-1][0]
     if v < 1:
         raise UsageError("--version must be >= 1")
-    files = {}
-    for p in sorted(local.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts:
-            files[f"file:{v}/{p.relative_to(local).as_posix()}"] = p.read_bytes()
+    files = read_files(local, max(GRPC_UPLOAD_LIMIT, HTTP_UPLOAD_LIMIT), version=v)   # _check_size: per protocol
     _check_files(cfg, local, files)
     if not cfg.name:
         cfg.name = entry.name
+    check_name(cfg.name, what=f"the name in {entry / 'config.pbtxt'}")
     return cfg, v, local, files
 
 
@@ -324,6 +316,7 @@ def state_keep() -> int:
 
 
 def _state_path(conn: Connection, name: str) -> Path:
+    check_name(name)   # the record's folder is named by it: never a path
     safe = conn.url.replace(":", "_").replace("/", "_").replace("[", "").replace("]", "")
     return state_dir() / f"{conn.protocol}_{safe}" / name
 
@@ -387,6 +380,31 @@ def _recorded(conn: Connection, name: str) -> tuple[str, dict[str, bytes]] | Non
         return None
     index = json.loads((d / "index.json").read_text())
     return (d / "config.json").read_text(), {k: (d / "files" / v).read_bytes() for k, v in index.items()}
+
+
+def reload_source(conn: Connection, name: str) -> tuple[str, dict[str, bytes]] | None:
+    """What loads `name` again after an unload: None when the server's own repository has it (a
+    plain load request does), else the copy deploy kept of the very content the server serves
+    (config JSON and files, uploaded again). An uploaded model with no such copy here cannot be
+    loaded back: an error saying so, before anything is unloaded."""
+    c = client(conn)
+    try:
+        index = _call(conn, "listing models", c.get_model_repository_index, headers=conn.headers())
+        names = {r["name"] for r in index} if isinstance(index, list) else {m.name for m in index.models}
+        if name in names:
+            return None
+        served = _served_sha256(c, conn, name)
+    finally:
+        c.close()
+    kept = _recorded(conn, name)
+    if kept is not None and served is not None and json.loads(kept[0]).get("parameters", {}).get(
+            CONTENT_KEY, {}).get("string_value") == served:
+        return kept
+    why = ("no copy of it is kept on this machine" if kept is None else
+           "the copy kept on this machine is not what it serves now")
+    raise UsageError(f"{name} was uploaded to {conn.describe()} (it is not in the server's repository) and {why}: "
+                     "unloading it would leave it unserved. Measure the entry itself (`mcp-cli bench DIR/NAME "
+                     "--cold`), or deploy it from here first")
 
 
 def content_sha256(files: dict[str, bytes]) -> str:
@@ -543,6 +561,8 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
     The same version already serving other files is refused unless `force` (then it is
     replaced: the config's content hash differs, so Triton reloads); the same files are not
     reloaded (`unchanged`)."""
+    state_keep()   # a bad MCP_STATE_KEEP is refused before the server is touched
+    name = check_name(name, what="--name") if name is not None else None
     cfg, v, local, files = read_entry(Path(entry), version)
     name = name or cfg.name
     if CONTENT_KEY in cfg.parameters:
@@ -665,6 +685,7 @@ def undeploy(name: str, conn: Connection, *, wait_timeout: float = 60.0) -> dict
     """Unload `name` and wait until the server has let it go (not READY, not UNLOADING); remove
     the recorded deploy. A model the server does not have loaded (unknown, or unloaded already)
     is an error, not a silent success. Returns {state, seconds, forgot}."""
+    check_name(name, what="the model name")
     c = client(conn)
     try:
         _call(conn, "reading server metadata", c.get_server_metadata, headers=conn.headers())

@@ -484,12 +484,13 @@ def describe(s: Setting) -> str:
 def apply(entry: str | os.PathLike, setting: Setting) -> Path:
     """Rewrite DIR/NAME/config.pbtxt with `setting`, atomically (through the ModelConfig protobuf)."""
     from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2 as mc
 
     from mcp_compiler.files import follow_umask
 
+    from .entry import read_config
+
     path = Path(entry) / "config.pbtxt"
-    cfg = text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
+    cfg = read_config(entry)
     text = text_format.MessageToString(setting.config(cfg))
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:

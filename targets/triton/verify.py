@@ -30,7 +30,9 @@ def load_runtime(version_dir: Path):  # noqa: ANN201 - the bundled mcp_runtime m
 
 
 def _latest_version(model_dir: Path) -> Path:
-    versions = sorted((int(p.name), p) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    from .entry import version_dirs
+
+    versions = version_dirs(model_dir)
     if not versions:
         raise InvalidModelError(model_dir, "no version folder (e.g. 1/) in the model repository entry")
     return versions[-1][1]
@@ -48,24 +50,21 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     by `budget` (default: its level's, accuracy.DEFAULT_BUDGETS) on 16 samples unless `samples`
     says otherwise; a float one by rtol/atol on 1.
     """
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2 as mc
-
     from mcp_compiler.accuracy import SAMPLES, default_budget
     from mcp_compiler.files import check_regular_input
 
+    from .entry import read_config
+
     check_regular_input(input)
     model_dir = Path(repository)
-    cfg_path = model_dir / "config.pbtxt"
-    if not cfg_path.is_file():
-        raise UsageError(f"--repository {model_dir}: no config.pbtxt (expected DIR/NAME)")
-    try:
-        cfg = text_format.Parse(cfg_path.read_text(encoding="utf-8"), mc.ModelConfig())
-    except (text_format.ParseError, UnicodeDecodeError) as e:
-        raise InvalidModelError(cfg_path, f"not a valid config.pbtxt: {e}") from None
+    cfg = read_config(model_dir, missing=f"--repository {model_dir}: no config.pbtxt (expected DIR/NAME)")
     _check_same_interface(Path(input), cfg, model_dir)
     vdir = _latest_version(model_dir)
     backend = cfg.backend or "onnxruntime"
+    if backend == "python" and (vdir / "model.mcpir").exists():
+        from mcp_compiler.mcpir import read_mcpir
+
+        read_mcpir(vdir / "model.mcpir")   # a corrupt or truncated file: InvalidModelError naming it
     level = cfg.parameters["quantization_level"].string_value if "quantization_level" in cfg.parameters else "none"
     judged = budget or default_budget(level)
     report = VerifyReport(str(model_dir), backend, samples or (SAMPLES if judged else 1), dict(dims or {}), rtol, atol)

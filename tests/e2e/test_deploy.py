@@ -204,3 +204,26 @@ def test_mutual_tls(tmp_path, entries, env):
         assert "over TLS (mutual)" in r.stdout
         r = _cli("deploy", str(entries["v1"]), "--url", s.grpc_url, env=env)  # plaintext to a TLS port
         assert r.returncode == 1 and r.stderr.startswith("error: ")
+
+
+def test_bench_cold_after_deploy_loads_the_upload_back(server, entries, env):
+    """The README's flow: deploy, then measure cold starts. The model deploy uploaded is not in
+    the server's repository; --cold loads it back from the copy deploy kept, and it still serves.
+    Without that copy (MCP_STATE_KEEP=0) --cold refuses before unloading anything."""
+    r = _cli("deploy", str(entries["v1"]), "--url", server.grpc_url, "--name", "coldmlp", env=env)
+    assert r.returncode == 0, r.stderr
+    r = _cli("bench", "coldmlp", "--url", server.grpc_url, "--cold", "--cold-runs", "1", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert len(__import__("json").loads(r.stdout)["cold"]["runs"]) == 1
+    st = _cli("status", "--url", server.grpc_url, "--json", env=env)
+    assert any(m["name"] == "coldmlp" and m["state"] == "READY" for m in __import__("json").loads(st.stdout)["models"])
+
+    bare = {**env, "MCP_STATE_KEEP": "0"}
+    r = _cli("deploy", str(entries["v1"]), "--url", server.grpc_url, "--name", "coldmlp2", env=bare)
+    assert r.returncode == 0, r.stderr
+    r = _cli("bench", "coldmlp2", "--url", server.grpc_url, "--cold", env=bare)
+    assert r.returncode == 2 and "uploaded" in r.stderr and "no copy" in r.stderr, r.stderr
+    st = _cli("status", "--url", server.grpc_url, "--json", env=env)
+    assert any(m["name"] == "coldmlp2" and m["state"] == "READY" for m in __import__("json").loads(st.stdout)["models"])
+    for n in ("coldmlp", "coldmlp2"):
+        _cli("undeploy", n, "--url", server.grpc_url, env=env)

@@ -1,0 +1,129 @@
+"""Hardening, round 4 (issue 46): names that would become paths, tampered entries, state settings
+checked before the server is touched, a corrupt .mcpir in verify. None of these needs a server:
+each is refused before a connection is made (the URL points at a closed port on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _helpers import GOLDEN
+
+from mcp_compiler import CompileOptions, compile_model
+
+CLI = [sys.executable, "-m", "mcp_compiler.cli"]
+MLP = GOLDEN / "mlp" / "model.onnx"
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _cli(*args: str, env: dict | None = None):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def _one_error(r, code: int, *expect: str) -> None:
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == code, r.stdout + r.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "internal error" not in lines[0] and "Traceback" not in r.stderr
+    for e in expect:
+        assert e in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def entry(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("entry")
+    compile_model(MLP, d / "repo", CompileOptions.for_target("triton-v1.12", "mlp"))
+    return d / "repo" / "mlp"
+
+
+@pytest.fixture
+def state(tmp_path) -> dict:
+    victim = tmp_path / "victim" / "keep"
+    victim.mkdir(parents=True)
+    (victim / "file").write_text("precious")
+    return dict(os.environ, MCP_STATE_DIR=str(tmp_path / "a" / "b" / "state"))
+
+
+@pytest.mark.parametrize("name", ["../../../../victim", "/tmp/x", ".", "..", "a/b", "mlp\n", "-x", "ok\x01"])
+def test_deploy_name_never_becomes_a_path(entry, state, tmp_path, name):
+    r = _cli("deploy", str(entry), "--url", f"grpc://127.0.0.1:{_closed_port()}", "--name", name, env=state)
+    _one_error(r, 2, "--name", "not accepted")
+    assert (tmp_path / "victim" / "keep" / "file").read_text() == "precious"
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("name", ["../../../../victim", "."])
+def test_a_tampered_config_name_is_refused_before_sending(entry, state, tmp_path, name):
+    bad = tmp_path / "dl" / "mlp"
+    shutil.copytree(entry, bad)
+    cfg = bad / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('name: "mlp"', f'name: "{name}"'))
+    for args in (["deploy", str(bad), "--url", f"grpc://127.0.0.1:{_closed_port()}"],
+                 ["deploy", str(bad), "--url", f"grpc://127.0.0.1:{_closed_port()}", "--dry-run"]):
+        r = _cli(*args, env=state)
+        _one_error(r, 2, "config.pbtxt", "not accepted")
+    assert (tmp_path / "victim" / "keep" / "file").read_text() == "precious"
+
+
+def test_undeploy_name_is_checked(state, tmp_path):
+    r = _cli("undeploy", "../../../../victim", "--url", f"grpc://127.0.0.1:{_closed_port()}", env=state)
+    _one_error(r, 2, "not accepted")
+    assert (tmp_path / "victim" / "keep" / "file").exists()
+
+
+def test_state_keep_is_checked_before_the_server(entry, state):
+    r = _cli("deploy", str(entry), "--url", f"grpc://127.0.0.1:{_closed_port()}", env={**state, "MCP_STATE_KEEP": "abc"})
+    _one_error(r, 2, "MCP_STATE_KEEP")
+
+
+@pytest.mark.parametrize("tamper, expect", [
+    ("utf8", "not UTF-8"),
+    ("superscript", "no version folder"),
+    ("huge_config", "over the"),
+])
+def test_tampered_entries_are_one_error_line(entry, tmp_path, tamper, expect):
+    bad = tmp_path / "t" / "mlp"
+    shutil.copytree(entry, bad)
+    if tamper == "utf8":
+        (bad / "config.pbtxt").write_bytes(b'name: "ml\xffp"\n' + (bad / "config.pbtxt").read_bytes())
+    elif tamper == "superscript":
+        (bad / "1").rename(bad / "\u00b2")   # '²'.isdigit() is True, but it names no version
+    else:
+        with open(bad / "config.pbtxt", "r+b") as f:
+            f.truncate(1 << 40)   # a sparse terabyte: refused from its size, never read
+    for args in (["deploy", str(bad), "--url", f"grpc://127.0.0.1:{_closed_port()}", "--dry-run"],
+                 ["verify", str(MLP), str(bad)]):
+        r = _cli(*args)
+        _one_error(r, 2, expect)
+
+
+def test_arabic_indic_version_folder_is_no_version(entry, tmp_path):
+    from mcp_compiler.targets.triton.entry import version_dirs
+
+    bad = tmp_path / "t" / "mlp"
+    shutil.copytree(entry, bad)
+    shutil.copytree(bad / "1", bad / "\u0663")   # '٣'
+    assert [v for v, _ in version_dirs(bad)] == [1]
+
+
+@pytest.mark.parametrize("cut", ["truncated", "garbage"])
+def test_verify_of_a_corrupt_mcpir_is_an_input_error(entry, tmp_path, cut):
+    bad = tmp_path / "c" / "mlp"
+    shutil.copytree(entry, bad)
+    f = bad / "1" / "model.mcpir"
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 2] if cut == "truncated" else b"\x00" * len(data))
+    r = _cli("verify", str(MLP), str(bad))
+    _one_error(r, 2, "model.mcpir")
