@@ -32,6 +32,7 @@ class CompileReport:
     files: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # what the user should know that is not a problem
     verification: dict | None = None
     passes: list[dict] = field(default_factory=list)
     quantization: dict | None = None
@@ -71,7 +72,7 @@ def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
     target = _target(options)
     output = _check_paths(input, output, options, target)
     clock = _Clock()
-    model, fmt, warnings = _load(input, options)
+    model, fmt, warnings, notes = _load(input, options)
     weights_in, grown_from = _weight_bytes(model)   # what summarize() counts, without its walk; weights proper
     samples = _calibration(model, options)
     checked = _selection_samples(input, fmt, samples, options)
@@ -81,9 +82,10 @@ def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
     clock.lap("passes")
     report = _report(input, output, model, fmt, warnings, records, options)
     report.input_weight_bytes = weights_in
+    report.notes += notes
     if _weight_bytes(model)[1] > grown_from:   # (a folded shape, merged Slice bounds: parameters, not weights)
         report.warnings.append(f"the weights grew from {weights_in} to {report.weight_bytes} bytes "
-                               "(constant folding materialized generated tensors: --fold-size-limit)")
+                               f"({_growth_cause(records)})")
     if options.quantize is not None:
         _check_quantization(input, fmt, model, samples, options, report, checked)
         clock.lap("accuracy")
@@ -104,8 +106,10 @@ def _weight_bytes(model: Model) -> tuple[int, int]:
 
 def _finish(report: CompileReport, clock: _Clock) -> CompileReport:
     report.seconds = clock.seconds
-    if report.verification is not None:
+    if report.verification is not None:   # it ran inside emit (on the staged entry): counted once
         report.seconds["verify"] = report.verification.pop("seconds")
+        if "emit" in report.seconds:
+            report.seconds["emit"] = round(max(0.0, report.seconds["emit"] - report.seconds["verify"]), 4)
     report.warnings = list(dict.fromkeys(report.warnings))  # shape inference runs twice: say it once
     return report
 
@@ -138,11 +142,18 @@ def _target(options: CompileOptions):  # noqa: ANN202 - targets.Target or None
     return get_target(options.target.name)
 
 
-def _load(input, options: CompileOptions) -> tuple[Model, str, list[str]]:  # noqa: ANN001
+def _load(input, options: CompileOptions) -> tuple[Model, str, list[str], list[str]]:  # noqa: ANN001
     c = options.checks
     model, fmt, warnings = load_model(input, check=c.check, infer_shapes=c.infer_shapes)
+    notes = []
     if c.verify and fmt != "onnx":
         raise UsageError("--verify compares with onnxruntime on the original: give the .onnx model")
+    if fmt == "onnx" and c.initializer_inputs == "weights":
+        taken = weights_not_inputs(model)
+        if taken:
+            notes.append(f"{len(taken)} initializer(s) listed as graph inputs too ({', '.join(taken[:3])}"
+                         f"{', ...' if len(taken) > 3 else ''}) are taken as weights, as onnxruntime's "
+                         "optimizers and onnxsim take them (--initializer-inputs inputs keeps them feedable)")
     if c.dims:
         from .reference import check_dims
 
@@ -150,7 +161,19 @@ def _load(input, options: CompileOptions) -> tuple[Model, str, list[str]]:  # no
     opset = options.pipeline.opset
     if opset is not None and model.onnx_opset is not None and opset < model.onnx_opset:
         raise UsageError(f"--opset {opset}: the model is at opset {model.onnx_opset}; --opset can only raise it")
-    return model, fmt, warnings
+    return model, fmt, warnings, notes
+
+
+def weights_not_inputs(model: Model) -> list[str]:
+    """Initializers that the main graph also lists as inputs (exporters' keep_initializers_as_inputs,
+    IR version 3's rule) become weights only: the interface is what a caller must feed, and the
+    passes may fold them, so weights the folding replaced go instead of staying as inputs nothing
+    uses. Returns their names."""
+    g = model.graph
+    taken = [v.name for v in g.inputs if v.const is not None]
+    if taken:
+        g.inputs = [v for v in g.inputs if v.const is None]
+    return taken
 
 
 def _calibration(model: Model, options: CompileOptions) -> list[dict] | None:
@@ -194,7 +217,43 @@ def _pipeline(model: Model, target, options: CompileOptions, samples, quantize, 
     pm = pipeline.build(target, options.pipeline, quantize=quantize, calibration=samples)
     if checked:
         pm.ctx.budget, pm.ctx.samples = dict(options.accuracy.budget), checked
+    pm.instruments.append(_WeightGrowth(model))
     return pm.run(model)[1], pm.properties
+
+
+class _WeightGrowth:
+    """Which passes made the weights proper bigger: after each pass that changed the model, the
+    growth is put on its record's stats (`weight_growth_bytes`), so the warning names the pass."""
+
+    def __init__(self, model: Model) -> None:
+        self.last = _weight_bytes(model)[1]
+
+    def before(self, p, model: Model, pm) -> None:  # noqa: ANN001
+        pass
+
+    def after(self, p, model: Model, result, record, pm) -> None:  # noqa: ANN001
+        if not record.modified:
+            return
+        now = _weight_bytes(model)[1]
+        if now > self.last:
+            record.stats["weight_growth_bytes"] = record.stats.get("weight_growth_bytes", 0) + now - self.last
+        self.last = now
+
+    def finish(self, model: Model, records: list, pm) -> None:  # noqa: ANN001
+        pass
+
+
+def _growth_cause(records: list) -> str:
+    grew: dict[str, int] = {}
+    for r in records:
+        if r.stats.get("weight_growth_bytes"):
+            grew[r.name] = grew.get(r.name, 0) + r.stats["weight_growth_bytes"]
+    if not grew:
+        return "constant folding materialized generated tensors: --fold-size-limit"
+    top = sorted(grew.items(), key=lambda kv: -kv[1])
+    said = ", ".join(f"{n} +{b} bytes" for n, b in top[:3])
+    hint = "; --fold-size-limit bounds what folding stores" if any(n == "fold-constants" for n, _ in top) else ""
+    return f"grown by {said}{hint}"
 
 
 def _report(input, output: Path, model: Model, fmt: str, warnings: list[str], records: list,  # noqa: ANN001
@@ -309,7 +368,10 @@ def _emit(model: Model, target, input, output: Path, options: CompileOptions,  #
     report.output = str(output) if target.output_suffix else str(result.root)
     report.files = result.files
     report.output_bytes = sum((result.root / f).stat().st_size for f in result.files)
-    report.warnings += result.warnings
+    from .targets.base import Note
+
+    report.warnings += [w for w in result.warnings if not isinstance(w, Note)]
+    report.notes += [str(w) for w in result.warnings if isinstance(w, Note)]
 
 
 def _quantization_report(options: CompileOptions, records: list[dict], before: int, after: int) -> dict:

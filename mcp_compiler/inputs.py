@@ -12,7 +12,9 @@ deploy's smoke inference, model_warmup, the benchmarks) takes its inputs from he
 - integer inputs that index something (Gather's indices, OneHot's) stay below the indexed dim,
   inputs compared for equality with constants take those constants (a sample rate `sr`
   compared with 16000), masks (cast to bool, `Where`/`And`/`Or`/`Not` operands, names with
-  "mask") are 0/1; other integers are drawn from [0, 3), floats from N(0, 1);
+  "mask") are 0/1; other integers are drawn from [0, 3), floats from N(0, 1) (and, where that
+  gives a non-finite output, from U(0, 1), U(1, 10), whole numbers 1..8 or U(10, 1000), the
+  first that gives finite outputs, said in a note);
 - `probe(run)`: when the original still fails (a requirement inference cannot see) or gives
   non-finite outputs, the next sizes in the search order are tried, a bounded number of times,
   before an error that says what was tried and what failed.
@@ -38,6 +40,12 @@ BATCH_SIZES = (2, 1, 3, 4, 8)
 OTHER_SIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16, 96, 160, 224, 320, 576, 640)
 _COMBOS = 20000          # assignments the static search looks at
 PROBES = 12              # sizes the probe tries on the original before giving up
+# How float inputs may be drawn, and how the report says it. When N(0, 1) gives a non-finite
+# output (a log or a square root of a scalar parameter, a pitch model's fmin/fmax), the others are
+# tried in this order at the same sizes before other sizes are.
+FLOAT_DRAWS = {"normal": "N(0, 1)", "uniform": "U(0, 1)", "positive": "U(1, 10)",
+               "integral": "whole numbers 1..8", "large": "U(10, 1000)", "wide": "N(0, 16)"}
+_REDRAWS = ("uniform", "positive", "integral", "large")
 # Ops whose output holds the same values as an input (reshaped, cast, moved): integer domains
 # follow them to the op that reads the values.
 _PASS = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Transpose", "Slice",
@@ -53,7 +61,7 @@ class InputPlan:
     constraints: dict[str, list[str]] = field(default_factory=dict)   # symbol -> what it must satisfy
     domains: dict[str, str] = field(default_factory=dict)             # input -> how its values are drawn
     tried: list[dict[str, int]] = field(default_factory=list)         # assignments the probe ran
-    floats: str = "normal"      # how float inputs are drawn: normal N(0,1), uniform U(0,1), wide N(0,16)
+    floats: str = "normal"      # how float inputs are drawn: FLOAT_DRAWS' keys
     notes: list[str] = field(default_factory=list)
     free: list[str] = field(default_factory=list)     # symbols no op ties to a size (lengths, spatial dims)
     shapes: dict[str, tuple] = field(default_factory=dict, repr=False)    # input -> dims over the symbols
@@ -357,6 +365,11 @@ def _values(dt: DataType, shape: list[int], how: tuple, rng: np.random.Generator
         wide = npdt if npdt == np.float64 else np.float32
         if floats == "uniform":
             return rng.random(shape, dtype=wide).astype(npdt, copy=False)
+        if floats in ("positive", "large"):
+            lo, hi = (1.0, 10.0) if floats == "positive" else (10.0, 1000.0)
+            return (lo + (hi - lo) * rng.random(shape, dtype=wide)).astype(npdt, copy=False)
+        if floats == "integral":
+            return rng.integers(1, 9, shape, dtype=np.int32).astype(npdt)
         a = rng.standard_normal(shape, dtype=wide)
         if floats == "wide":
             a *= 4.0
@@ -380,6 +393,10 @@ def probe(model: Model, p: InputPlan, run: Callable[[dict], list], rng_seed: int
             errors.append(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
             continue
         bad = [i for i, o in enumerate(outs) if _float(o) and not np.isfinite(np.asarray(o)).all()]
+        if bad and p.floats == "normal":
+            redrawn = _redraw(model, p, run, rng_seed, bad[0])
+            if redrawn is not None:
+                outs, bad = redrawn, []
         if bad and len(p._order) > len(p.tried):
             errors.append(f"non-finite output {bad[0]}")
             continue
@@ -391,6 +408,27 @@ def probe(model: Model, p: InputPlan, run: Callable[[dict], list], rng_seed: int
     raise UsageError(f"the original model fails on every input size tried ({len(p.tried)}: "
                      f"{', '.join(map(str, p.tried[:3]))}{' ...' if len(p.tried) > 3 else ''}): "
                      f"{errors[-1][:300]}; give sizes with --dims or your own inputs with --inputs")
+
+
+def _redraw(model: Model, p: InputPlan, run: Callable[[dict], list], rng_seed: int, bad: int) -> list | None:
+    """Float inputs drawn from the other ranges of FLOAT_DRAWS, in order, at the same sizes: the
+    outputs of the first that gives finite outputs everywhere (p.floats and a note say which), or
+    None (p.floats back at normal)."""
+    if not any(np.issubdtype(DataType(v.type.elem_type).numpy_dtype, np.floating)
+               for v in interface(model) if p._values[v.name][0] == "normal"):
+        return None
+    for kind in _REDRAWS:
+        p.floats = kind
+        try:
+            outs = run(make(model, p, np.random.default_rng(rng_seed)))
+        except Exception:  # noqa: BLE001 - this range does not suit the model
+            continue
+        if all(np.isfinite(np.asarray(o)).all() for o in outs if _float(o)):
+            p.notes.append(f"float inputs drawn from {FLOAT_DRAWS[kind]}: from N(0, 1) output {bad} was not "
+                           "finite (NaN or inf)")
+            return outs
+    p.floats = "normal"
+    return None
 
 
 def exercised(a, atol: float = 1e-4) -> bool:  # noqa: ANN001
@@ -407,7 +445,7 @@ def _prefer_exercising(model: Model, p: InputPlan, run: Callable[[dict], list], 
     """When N(0, 1) inputs leave an output unexercised (a detector's probabilities all ~1e-7),
     try U(0, 1) and N(0, 16) and keep the one that exercises the most outputs."""
     best = sum(map(exercised, outs))
-    if best == len(outs):
+    if best == len(outs) or p.floats != "normal":   # (a range chosen for finite outputs stays)
         return
     chosen = "normal"
     for kind in ("uniform", "wide"):
@@ -421,7 +459,7 @@ def _prefer_exercising(model: Model, p: InputPlan, run: Callable[[dict], list], 
             best, chosen = score, kind
     p.floats = chosen
     if p.floats != "normal":
-        p.notes.append(f"float inputs drawn {'from U(0, 1)' if p.floats == 'uniform' else 'from N(0, 16)'}: "
+        p.notes.append(f"float inputs drawn from {FLOAT_DRAWS[p.floats]}: "
                        "N(0, 1) left an output unexercised")
 
 

@@ -30,6 +30,7 @@ class CheckOptions:
     verify: bool = False                 # --verify: compare the emitted model with onnxruntime
     dims: dict[str, int] = field(default_factory=dict)    # --dims: symbol sizes for the inputs
     inputs: str | None = None            # --inputs: .npz (or a folder of them)
+    initializer_inputs: str = "weights"  # --initializer-inputs: an initializer also listed as an input
 
 
 @dataclass
@@ -61,6 +62,7 @@ class AccuracyOptions:
         return bool(self.budget) and self.auto_exclude is not False
 
 
+INITIALIZER_INPUTS = ("weights", "inputs")   # --initializer-inputs, a build file's initializer_inputs
 QUANTIZATION_LEVELS = ("none", "fp8", "int4", "fp16", "bf16")   # --quantize, a build file's quantization_level
 
 
@@ -111,11 +113,17 @@ class CompileOptions:
         reach the target: options flow one way, compiler -> target."""
         build_file = dict(build_file or {})
         level = build_file.pop("quantization_level", None)
+        init_inputs = build_file.pop("initializer_inputs", None)
         parsed = target.options_from(flags, build_file, source)
         out = replace(self, target=replace(self.target, params=parsed.params))
         if level is not None and level not in QUANTIZATION_LEVELS:
             raise UsageError(f"{source}: quantization_level must be one of {', '.join(QUANTIZATION_LEVELS)}, "
                              f"got {level!r}")
+        if init_inputs is not None:
+            if init_inputs not in INITIALIZER_INPUTS:
+                raise UsageError(f"{source}: initializer_inputs must be weights or inputs, got {init_inputs!r}")
+            if self.checks.initializer_inputs == "weights":   # the flag's default: the build file decides
+                out.checks = replace(out.checks, initializer_inputs=init_inputs)
         if level not in (None, "none") and out.quantize is None:
             from .passes.quantize import QuantizeOptions
 
@@ -125,6 +133,8 @@ class CompileOptions:
     def validate(self) -> CompileOptions:
         """Flags that contradict each other, or would silently do nothing, are UsageErrors."""
         c, p, t = self.checks, self.pipeline, self.target
+        if c.initializer_inputs not in INITIALIZER_INPUTS:
+            raise UsageError(f"--initializer-inputs: expected weights or inputs, got {c.initializer_inputs!r}")
         if p.layout not in LAYOUTS:
             raise UsageError(f"--layout: expected nchw or nhwc, got {p.layout!r}")
         if p.fold_size_limit is not None and not p.fold_size_limit >= 0:

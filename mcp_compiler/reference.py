@@ -38,6 +38,10 @@ class VerifyReport:
     budget: dict[str, float] = field(default_factory=dict)   # a quantized model: judged by this, not atol/rtol
     pinned_random: int = 0     # random nodes seeded alike in both models for the check (noise.py)
     sequence: dict = field(default_factory=dict)   # a stateful entry: the multi-step check's steps and state
+    # a quantized original (QDQ, integer ops): the outputs against onnxruntime at its default
+    # optimization too (int8 kernels, as a user runs it); the check above is at basic level
+    # (weights dequantized, as the entry serves them). Reported, not judged.
+    as_user_runs: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -93,19 +97,27 @@ def sample_inputs(model, dims: dict[str, int], samples: int, seed: int = 0,  # n
     return [make(model, p, rng) for _ in range(samples)], p.to_dict()
 
 
-def session_options():  # noqa: ANN201
+def session_options(optimize: str = "default"):  # noqa: ANN201
+    """The checks' session options: quiet, no packed weight copies, onnxruntime's default
+    optimization (every fusion, int8 kernels), or with "basic" its basic level (constant folding
+    dequantizes quantized weights, as an entry that dequantizes at load serves them)."""
+    import onnxruntime as ort
+
     from .session import quiet_options
 
-    return quiet_options(prepack=False)
+    so = quiet_options(prepack=False)
+    if optimize == "basic":
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    return so
 
 
-def open_original(input: str | os.PathLike):  # noqa: ANN201
+def open_original(input: str | os.PathLike, optimize: str = "default"):  # noqa: ANN201
     """A session of the original: onnxruntime, or onnx.reference where onnxruntime has no kernel
     for one of its ops; and which one it is."""
     import onnxruntime as ort
 
     try:
-        return (ort.InferenceSession(str(input), session_options(), providers=["CPUExecutionProvider"]),
+        return (ort.InferenceSession(str(input), session_options(optimize), providers=["CPUExecutionProvider"]),
                 "onnxruntime")
     except Exception as e:  # noqa: BLE001 - no kernel for an op the conversion legalized
         if "NOT_IMPLEMENTED" not in str(e):
@@ -144,16 +156,19 @@ class _Reference:
         return [SimpleNamespace(name=n) for n in self.ev.output_names]
 
 
-def compare(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[float, float, float, bool, bool, bool]:
-    """(max abs, max rel, cosine, ok, exercised, original non-finite everywhere). Non-finite
+def compare(a: np.ndarray, b: np.ndarray, rtol: float,
+            atol: float) -> tuple[float, float, float, bool, bool, bool, float]:
+    """(max abs, max rel, cosine, ok, exercised, original non-finite everywhere, relative error
+    ||b - a|| / ||a||: what a budget's `rel` bounds, as the accuracy report's rel_error). Non-finite
     values must sit at the same positions in both (then they are left out of the numbers); an
     output entirely within atol of zero, or constant, is not exercised by the sample."""
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape:
-        return float("inf"), float("inf"), 0.0, False, True, False
+        return float("inf"), float("inf"), 0.0, False, True, False, float("inf")
     if a.dtype.kind in "OSU" or a.dtype == bool:
         same = bool(np.array_equal(a, b))
-        return (0.0 if same else 1.0), (0.0 if same else 1.0), (1.0 if same else 0.0), same, True, False
+        return (0.0 if same else 1.0), (0.0 if same else 1.0), (1.0 if same else 0.0), same, True, False, \
+            (0.0 if same else 1.0)
     fa, fb = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
     fin_a, fin_b = np.isfinite(fa), np.isfinite(fb)
     same_nonfinite = bool(np.array_equal(fin_a, fin_b) and np.array_equal(fa[~fin_a], fb[~fin_b], equal_nan=True))
@@ -165,11 +180,12 @@ def compare(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[flo
     na, nb = np.linalg.norm(fa), np.linalg.norm(fb)
     cos = float(fa @ fb / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
     ok = same_nonfinite and not all_nonfinite and bool(np.allclose(fb, fa, rtol=rtol, atol=atol))
+    rel_l2 = float(np.linalg.norm(fa - fb) / na) if na > 0 else (0.0 if nb == 0 else float("inf"))
     if not same_nonfinite:
-        max_abs = max_rel = float("inf")
+        max_abs = max_rel = rel_l2 = float("inf")
     from .inputs import exercised
 
-    return max_abs, max_rel, cos, ok, exercised(fa, atol), all_nonfinite
+    return max_abs, max_rel, cos, ok, exercised(fa, atol), all_nonfinite, rel_l2
 
 
 def compare_with_original(input: str | os.PathLike, emitted, report: VerifyReport, *,  # noqa: ANN001
@@ -187,7 +203,8 @@ def compare_with_original(input: str | os.PathLike, emitted, report: VerifyRepor
     stochastic = bool(random_nodes(model))
     # One model in memory at a time (the original's outputs are kept, not its session), and no
     # prepacked weight copies: checking a 2 GB model costs about 2 GB, not 4 or 8.
-    original, report.reference = open_original(input)
+    quantized = is_quantized(model)
+    original, report.reference = open_original(input, optimize="basic" if quantized else "default")
     if inputs is not None:
         from .inputs import load_inputs
 
@@ -204,19 +221,50 @@ def compare_with_original(input: str | os.PathLike, emitted, report: VerifyRepor
         # a fresh session, so that its generators start where the emitted model's will
         pinned, report.pinned_random = pinned_onnx_session(input, session_options())
     names, wants = run_original(pinned or original, feeds)
+    quantized = quantized and report.reference == "onnxruntime"
     model = original = pinned = None   # released before the emitted model is loaded
     gc.collect()
-    _compare_all(report, emitted(pin=True) if report.pinned_random else emitted(), feeds, names, wants)
+    default_wants = None
+    if quantized:   # one session at a time: the default-level one after the basic one is gone
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(str(input), session_options(), providers=["CPUExecutionProvider"])
+        default_wants = run_original(sess, feeds)[1]
+        sess = None
+        gc.collect()
+        report.reference = "onnxruntime (basic optimization: the quantized weights dequantized, as the entry serves them)"
+    run = emitted(pin=True) if report.pinned_random else emitted()
+    got = _compare_all(report, run, feeds, names, wants)
+    if default_wants is not None:
+        for name in names:
+            rows = [compare(w[i], g[i], report.rtol, report.atol) for w, g in zip(default_wants, got)
+                    for i in [names.index(name)]]
+            report.as_user_runs.append({"name": name, "max_abs": max(r[0] for r in rows),
+                                        "max_rel": max(r[1] for r in rows), "cosine": min(r[2] for r in rows)})
     return report
 
 
-def _compare_all(report: VerifyReport, run, feeds: list[dict], names: list[str], wants: list) -> None:  # noqa: ANN001
+QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger",
+                 "MatMulInteger", "DynamicQuantizeLinear", "MatMulNBits", "QLinearAdd", "QLinearMul",
+                 "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QGemm"}
+
+
+def is_quantized(model) -> bool:  # noqa: ANN001 - an IR Model
+    """The model holds quantized arithmetic (QDQ pairs, integer or n-bit kernels): onnxruntime's
+    default optimization then runs int8 kernels where its basic level computes in float."""
+    return any(n.op_type in QUANTIZED_OPS for n in model.graph.walk())
+
+
+def _compare_all(report: VerifyReport, run, feeds: list[dict], names: list[str], wants: list) -> list[list]:  # noqa: ANN001
+    """Fill report.outputs; returns the emitted outputs (in the original's layout), per sample."""
     nhwc = {k for k, v in report.layouts.items() if v == "NHWC"}
     stats: dict[str, list] = {}
+    outs = []
     for sample, want in zip(feeds, wants):
         got = run({k: np.ascontiguousarray(v.transpose(0, 2, 3, 1)) if k in nhwc else v for k, v in sample.items()})
+        got = [np.asarray(b).transpose(0, 3, 1, 2) if name in nhwc else b for name, b in zip(names, got)]
+        outs.append(got)
         for name, a, b in zip(names, want, got):
-            b = np.asarray(b).transpose(0, 3, 1, 2) if name in nhwc else b
             stats.setdefault(name, []).append(compare(a, b, report.rtol, report.atol))
     for name, rows in stats.items():
         ok = all(r[3] for r in rows)
@@ -225,13 +273,15 @@ def _compare_all(report: VerifyReport, run, feeds: list[dict], names: list[str],
         report.outputs.append(OutputCheck(
             name, max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
             ok, exercised=any(r[4] for r in rows), nonfinite=all(r[5] for r in rows)))
+    return outs
 
 
 def _within(budget: dict[str, float], row: tuple) -> bool:
-    """One sample's (max abs, max rel, cosine, ...) within an --accuracy-budget (cos, max-abs, rel)."""
-    max_abs, max_rel, cos = row[0], row[1], row[2]
+    """One sample's (max abs, max rel, cosine, ..., relative error) within an --accuracy-budget:
+    cos, max-abs, and rel (the relative error ||b - a|| / ||a||, as the accuracy report reads it)."""
+    max_abs, cos, rel = row[0], row[2], row[6]
     return (cos >= budget.get("cos", -1.0) and max_abs <= budget.get("max-abs", float("inf"))
-            and max_rel <= budget.get("rel", float("inf")))
+            and rel <= budget.get("rel", float("inf")))
 
 
 def verify_onnx(input: str | os.PathLike, emitted: str | os.PathLike, *, samples: int | None = None,

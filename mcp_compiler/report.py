@@ -112,6 +112,8 @@ class Reporter:
             return
         for w in r.warnings:
             self.warning(w)
+        for n in r.notes:
+            self.err.print(f"note: {n}", markup=False)
         secs = sum(r.seconds.values())
         self.out.print(f"wrote {r.output}: {r.nodes} nodes, {r.weights} weights "
                        f"({_mb(r.weight_bytes)}), {_mb(r.output_bytes)} on disk, {secs:.2f} s",
@@ -226,6 +228,10 @@ class Reporter:
                 state = "ok, NOT EXERCISED (within atol of zero or constant on every sample: give --inputs)"
             self.out.print(f"  {o.name}: max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g}, "
                            f"cosine {o.cosine:.6f}  {state}", markup=False)
+        for o in getattr(r, "as_user_runs", None) or ():
+            self.out.print(f"  {o['name']} against onnxruntime's default optimization (int8 kernels, as a user runs "
+                           f"the original): max abs {o['max_abs']:.3g}, max rel {o['max_rel']:.3g}, "
+                           f"cosine {o['cosine']:.6f}  (reported, not judged)", markup=False)
 
     # -- zoo ----------------------------------------------------------------------------------
     def zoo_progress(self):  # noqa: ANN201 - a context manager yielding the progress callback
@@ -294,7 +300,9 @@ class Reporter:
             else:
                 self.out.print(f"{title}:", markup=False)
                 for v in vals:
-                    self.out.print(f"  {v.name}: {v.dtype or v.type} {_shape(v.shape)} layout={v.layout}",
+                    served = (" (a scalar: a Triton entry declares it [1], clients send one element)"
+                              if v.served_shape else "")
+                    self.out.print(f"  {v.name}: {v.dtype or v.type} {_shape(v.shape)} layout={v.layout}{served}",
                                    markup=False)
         ops = ", ".join(f"{k} {n}" for k, n in s.op_histogram.items())
         self.out.print(f"ops: {ops}", markup=False)

@@ -17,6 +17,7 @@ class ValueSummary:
     layout: str
     dtype: str | None = None
     shape: list | None = None   # ints, symbol names, expressions as text, None = unknown
+    served_shape: list | None = None   # where a Triton entry takes it otherwise: a scalar travels as [1]
 
 
 @dataclass
@@ -47,7 +48,12 @@ class ModelSummary:
     state_pairs: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for key in ("inputs", "outputs", "values"):
+            for v in d.get(key) or ():
+                if v.get("served_shape") is None:   # only a scalar is served otherwise
+                    v.pop("served_shape", None)
+        return d
 
 
 def _value(v: Value) -> ValueSummary:
@@ -57,6 +63,8 @@ def _value(v: Value) -> ValueSummary:
         s.dtype = DataType(t.elem_type).name.lower()
         if t.shape is not None:
             s.shape = [d if (d is None or isinstance(d, (int, str))) else str(d) for d in t.shape]
+            if not t.shape:
+                s.served_shape = [1]
     return s
 
 

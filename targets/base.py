@@ -28,6 +28,11 @@ class TargetOptions:
     check: Callable[[Path], None] | None = None
 
 
+class Note(str):
+    """A line an emitter says that is not a problem (printed `note:`, kept in the report's
+    `notes`): among its warnings, it is told apart by its type."""
+
+
 @dataclass
 class EmitResult:
     root: Path                       # the model's folder: DIR/NAME
@@ -57,7 +62,7 @@ class ConvertFlag:
 
 # Settings a build file or a manifest entry may give that are the compiler's, not the target's:
 # read by the compiler (CompileOptions.with_target_settings), never handed to the target.
-COMPILER_SETTINGS: dict[str, type] = {"quantization_level": str}
+COMPILER_SETTINGS: dict[str, type] = {"quantization_level": str, "initializer_inputs": str}
 
 
 class Target(abc.ABC):

@@ -38,6 +38,9 @@ NameOpt = _opt(None, "--name", panel=IN, help="The entry's name in the repositor
 ForceOpt = _opt(False, "--force", panel=IN, help="Replace an existing DIR/NAME, .mcpir, .onnx or --report file (never the input).")
 CheckOnnxOpt = _opt(True, "--check/--no-check", panel=IN, help="Run onnx.checker on the input.")
 InferOpt = _opt(True, "--infer-shapes/--no-infer-shapes", panel=IN, help="Run ONNX shape inference before import.")
+InitInputsOpt = _opt("weights", "--initializer-inputs", panel=IN, metavar="weights|inputs",
+                     help="An initializer the model also lists as a graph input: a weight (the default, as "
+                          "onnxruntime's optimizers and onnxsim read it) or an input a caller may feed.")
 
 PassesOpt = _opt(None, "--passes", panel=PIPE, metavar="NAME[,NAME...]",
                  help="Run these passes instead of the default pipeline (see `mcp-cli passes`).")
@@ -158,7 +161,7 @@ TARGET_FLAG_OWNER: dict[str, str] = {}   # each target's convert flag -> the tar
 def convert(
     model: Optional[Path] = ModelArg, input: Optional[Path] = InputOpt, output: Optional[str] = OutputOpt,
     target: Optional[str] = TargetOpt, name: Optional[str] = NameOpt, force: bool = ForceOpt,
-    check: bool = CheckOnnxOpt, infer_shapes: bool = InferOpt,
+    check: bool = CheckOnnxOpt, infer_shapes: bool = InferOpt, initializer_inputs: str = InitInputsOpt,
     passes: Optional[str] = PassesOpt, disable_pass: Optional[list[str]] = DisableOpt,
     verify_each: bool = VerifyEachOpt, print_ir_after: Optional[list[str]] = PrintIrOpt,
     explain_pass: Optional[list[str]] = ExplainOpt, time_passes: bool = TimePassesOpt,
@@ -234,7 +237,8 @@ def compile_options(f: dict[str, Any]):  # noqa: ANN201 - options.CompileOptions
         raise UsageError(f"--fold-size-limit must be between 0 and {2**20} MB, got {fold}")
     options = CompileOptions(
         checks=CheckOptions(check=f["check"], infer_shapes=f["infer_shapes"], verify=f["verify"],
-                            dims=parse_dims(f["dims"]), inputs=_str(f["inputs"])),
+                            dims=parse_dims(f["dims"]), inputs=_str(f["inputs"]),
+                            initializer_inputs=str(f.get("initializer_inputs") or "weights").lower()),
         pipeline=PipelineOptions(
             passes=[p.strip() for p in f["passes"].split(",") if p.strip()] if f["passes"] else None,
             disabled=set(f["disable_pass"] or ()), verify_each=f["verify_each"], opset=f["opset"],

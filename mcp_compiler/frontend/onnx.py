@@ -74,6 +74,7 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
         if o.domain in ("", "ai.onnx") and not 1 <= o.version <= newest:
             raise InvalidModelError(path, f"imports ai.onnx opset {o.version}, which does not exist "
                                           f"(this onnx knows 1..{newest})")
+    sort_nodes(proto.graph, path)
     ext = _ExternalData(path.parent)
     for t in _all_tensor_protos(proto):
         if t.data_location == onnx.TensorProto.EXTERNAL:
@@ -128,13 +129,100 @@ def _verdict(path: Path, light: onnx.ModelProto, check: bool, infer: bool,
         try:
             onnx.checker.check_model(str(path) if external else light)
         except (onnx.checker.ValidationError, RuntimeError, ValueError) as e:
-            return (str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__), None, None
+            return one_line(str(e)) or type(e).__name__, None, None
     if not infer:
         return None, None, None
     try:
         return None, None, onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False)
     except Exception as e:  # noqa: BLE001 - onnx raises many kinds; the model is still usable
-        return None, str(e).splitlines()[0], None
+        return None, one_line(str(e)) or type(e).__name__, None
+
+
+def one_line(text: str, limit: int = 600) -> str:
+    """A message of several lines as one, never cut inside a sentence: the whole of it when it
+    fits in `limit` characters, else the sentences that fit and a count of what was left out."""
+    words = " ".join(text.split())
+    if len(words) <= limit:
+        return words
+    cut = max(words.rfind(". ", 0, limit), words.rfind(": ", 0, limit))
+    head = words[:cut + 1] if cut > 0 else words[:limit].rsplit(" ", 1)[0]
+    return f"{head} (... {len(words) - len(head)} more characters)"
+
+
+def sort_nodes(g: onnx.GraphProto, path: object = None, depth: int = 0) -> bool:
+    """Put the nodes of `g` and of every subgraph in an order where each comes after what it
+    uses (onnxruntime runs graphs listed in any order; ONNX's checker and our passes need this
+    one). A graph already in order, the usual case, is only read. Nodes stay in their listed order
+    wherever that order allows (a stable sort); a node that uses a value of the outer graph inside
+    its subgraph waits for it too. A cycle is an error naming a node on it. Returns whether
+    anything moved."""
+    if depth > MAX_SUBGRAPH_DEPTH:
+        return False
+    moved = False
+    nodes = g.node
+    for n in nodes:
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                moved |= sort_nodes(sub, path, depth + 1)
+    made = {}
+    for i, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                made.setdefault(o, i)
+    deps = [[made[x] for x in _uses(n) if x in made and made[x] != i] for i, n in enumerate(nodes)]
+    if all(d < i for i, ds in enumerate(deps) for d in ds):
+        return moved
+    import heapq
+
+    users: list[list[int]] = [[] for _ in nodes]
+    waiting = [0] * len(nodes)
+    for i, ds in enumerate(deps):
+        for d in set(ds):
+            users[d].append(i)
+            waiting[i] += 1
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) < len(nodes):
+        stuck = next(nodes[i] for i, w in enumerate(waiting) if w)
+        raise InvalidModelError(path, f"the graph{f' {g.name!r}' if g.name else ''} has a cycle: node "
+                                      f"{stuck.name or '(unnamed)'!r} ({stuck.op_type}) depends on its own output "
+                                      "through the nodes it uses")
+    kept = [nodes[i] for i in order]
+    copies = [onnx.NodeProto() for _ in kept]
+    for c, n in zip(copies, kept):
+        c.CopyFrom(n)
+    del g.node[:]
+    g.node.extend(copies)
+    return True
+
+
+def _uses(n: onnx.NodeProto) -> list[str]:
+    """The names a node reads: its inputs, and the outer values its subgraphs read."""
+    names = [x for x in n.input if x]
+    for a in n.attribute:
+        for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            names += _outer_names(sub)
+    return names
+
+
+def _outer_names(g: onnx.GraphProto) -> list[str]:
+    defined = {v.name for v in g.input} | {t.name for t in g.initializer} | \
+              {t.values.name for t in g.sparse_initializer}
+    out = []
+    for n in g.node:
+        for x in _uses(n):
+            if x not in defined:
+                out.append(x)
+        defined.update(n.output)
+    return out
 
 
 def _refused(path: Path, why: str) -> InvalidModelError:

@@ -12,9 +12,14 @@ BINARY_OPS = {"add": "+", "sub": "-", "mul": "*", "floor_div": "//", "ceil_div":
               "max": "max", "min": "min"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ShapeExpr:
-    """A binary expression over dims, e.g. ShapeExpr("floor_div", "H", 32) for H // 32."""
+    """A binary expression over dims, e.g. ShapeExpr("floor_div", "H", 32) for H // 32.
+
+    Expressions share their operands (a DAG), so everything asked of one is worked out once, at
+    construction, from its operands' answers: its size (nodes of the written-out tree), its hash
+    and its symbols. Nothing walks the tree again, whatever it grew to; shape inference bounds
+    the size (passes/shapes/symbolic_shapes.py, EXPR_LIMIT)."""
 
     op: str
     lhs: Dim
@@ -25,9 +30,26 @@ class ShapeExpr:
             raise ValueError(f"unknown ShapeExpr op {self.op!r}")
         if self.lhs is None or self.rhs is None:
             raise ValueError("ShapeExpr operands must be known dims")
+        put = object.__setattr__
+        put(self, "_size", 1 + dim_size(self.lhs) + dim_size(self.rhs))
+        put(self, "_hash", hash((self.op, self.lhs, self.rhs)))   # the operands' hashes are cached
+        syms = dim_symbols(self.lhs)
+        more = [x for x in dim_symbols(self.rhs) if x not in syms]
+        put(self, "_syms", syms + more if more else syms)
+
+    def __hash__(self) -> int:
+        return self.__dict__["_hash"]
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, ShapeExpr):
+            return NotImplemented
+        return (self.__dict__["_hash"] == other.__dict__["_hash"] and self.op == other.op
+                and self.lhs == other.lhs and self.rhs == other.rhs)
 
     def symbols(self) -> list[str]:
-        return [s for side in (self.lhs, self.rhs) for s in dim_symbols(side)]
+        return list(self.__dict__["_syms"])
 
     def __str__(self) -> str:   # the text is kept: shape algebra orders and keys terms by it
         text = self.__dict__.get("_text")
@@ -35,6 +57,11 @@ class ShapeExpr:
             text = format_dim(self)
             object.__setattr__(self, "_text", text)
         return text
+
+
+def dim_size(d: Dim) -> int:
+    """How many nodes the dim's expression tree has written out (1 for a symbol or an int)."""
+    return d.__dict__["_size"] if isinstance(d, ShapeExpr) else 1
 
 
 Dim = Union[int, str, ShapeExpr, None]
@@ -63,11 +90,11 @@ def format_dim(d: Dim, quote: bool = False) -> str:
 
 
 def dim_symbols(d: Dim) -> list[str]:
-    """Symbol names a dim mentions, in order of first occurrence (with repeats)."""
+    """Symbol names a dim mentions, each once, in order of first occurrence."""
     if isinstance(d, str):
         return [d]
     if isinstance(d, ShapeExpr):
-        return d.symbols()
+        return list(d.__dict__["_syms"])
     return []
 
 

@@ -563,7 +563,65 @@ def constant(site: Site) -> list:
     return [None]
 
 
+def einsum(site: Site) -> list:
+    """Einsum: each output letter's size is the size the inputs give that letter (unified across
+    the inputs that share it: a batch letter in the output keeps the batch symbol); `...` stands
+    for the broadcast of the inputs' leading dims. Without `->` the output is the letters used
+    once, in alphabetical order (ONNX's implicit mode)."""
+    eq = str(site.attr("equation", "")).replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len([v for v in site.node._inputs]):
+        return [None]
+    sizes: dict[str, list[Dim]] = {}
+    ellipses: list[Shape] = []
+    for k, term in enumerate(terms):
+        shape = site.shape(k)
+        if shape is None:
+            return [None]
+        head, dots, tail = term.partition("...")
+        n_ell = len(shape) - len(head) - len(tail) if dots else 0
+        if n_ell < 0 or (not dots and len(term) != len(shape)):
+            return [None]
+        for letter, d in zip(head, shape[:len(head)]):
+            sizes.setdefault(letter, []).append(d)
+        for letter, d in zip(tail, shape[len(shape) - len(tail):]):
+            sizes.setdefault(letter, []).append(d)
+        if dots:
+            ellipses.append(tuple(shape[len(head):len(head) + n_ell]))
+    if not arrow:
+        counts: dict[str, int] = {}
+        for term in terms:
+            for letter in term.replace("...", ""):
+                counts[letter] = counts.get(letter, 0) + 1
+        out = ("..." if ellipses else "") + "".join(sorted(c for c, n in counts.items() if n == 1))
+    ell = broadcast(site, ellipses) if ellipses else ()
+    if ell is None:
+        return [None]
+    result: list[Dim] = []
+    head, dots, tail = out.partition("...")
+    for letter in head:
+        if letter not in sizes:
+            return [None]
+        result.append(_letter(site, letter, sizes[letter]))
+    if dots:
+        result += list(ell)
+    for letter in tail:
+        if letter not in sizes:
+            return [None]
+        result.append(_letter(site, letter, sizes[letter]))
+    return [tuple(result)]
+
+
+def _letter(site: Site, letter: str, dims: list[Dim]) -> Dim:
+    real = [d for d in dims if d != 1]
+    if not real:
+        return 1
+    return real[0] if len(real) == 1 else site.facts.unify(site, real, f"einsum letter {letter!r}")
+
+
 SHAPE_RULES: dict[str, Callable[[Site], list]] = {
+    "Einsum": einsum,
     **{op: same for op in (
         "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "BitwiseNot", "Cast", "CastLike",
         "Ceil", "Celu", "Clip", "Cos", "Cosh", "CumSum", "DequantizeLinear", "Dropout", "Elu", "Erf",

@@ -5,11 +5,17 @@ from __future__ import annotations
 from collections import Counter
 
 from mcp_compiler.ir import DataType, Graph, Model, Node, TensorType, Value
-from mcp_compiler.ir.dims import Dim, ShapeExpr, dim_symbols
+from mcp_compiler.ir.dims import Dim, ShapeExpr, dim_size, dim_symbols
 
 from .._infra import ALL, Pass, PassContext, PassResult, Property
 from . import algebra as A
 from .rules import SHAPE_RULES, VALUE_RULES, Facts, Shape, Site, initial_values
+
+# A dim whose expression would pass this many nodes written out becomes a fresh symbol (the same
+# expression, the same symbol), and what it stands for an assumption: expressions that feed on
+# themselves (a concat of a tensor and a strided view of it, layer after layer) double at every
+# layer, and nothing downstream (the contracts, the .mcpir, `inspect`) would end.
+EXPR_LIMIT = 64
 
 _MALFORMED = (TypeError, ValueError, IndexError, KeyError, ZeroDivisionError, AttributeError)
 
@@ -85,6 +91,7 @@ class Inference:
         # shape wrong, the inferred one wins (Triton would otherwise reject every response)
         self.outputs = {id(v) for v in g.outputs}
         self.preset: dict[int, Shape | None] = {}   # a body's inputs, as the node around it feeds them
+        self.stand_ins: dict[Dim, str] = dict(outer.stand_ins) if outer is not None else {}
 
     def _loop(self, site: Site) -> list:
         """Loop: the body inferred from the shapes the node feeds it. A loop-carried output has its
@@ -162,7 +169,7 @@ class Inference:
                 self.no_rule[key] += 1
         for i, v in enumerate(n.outputs):
             ours = outs[i] if i < len(outs) else None
-            self.shapes[id(v)] = self.merge(v, ours)
+            self.shapes[id(v)] = self.bounded(self.merge(v, ours), n, v)
         vrule = VALUE_RULES.get(key) if onnx_op else None
         if vrule is not None and n.outputs:
             try:
@@ -170,7 +177,27 @@ class Inference:
             except _MALFORMED:
                 vals = None
             if vals is not None and len(vals) <= 64:
-                self.values[id(n.outputs[0])] = tuple(A.norm(d) for d in vals)
+                self.values[id(n.outputs[0])] = self.bounded(tuple(A.norm(d) for d in vals), n)
+
+    def bounded(self, dims: Shape | None, n: Node, v: Value | None = None) -> Shape | None:
+        """`dims` with every expression past EXPR_LIMIT nodes replaced by its stand-in symbol."""
+        if dims is None or all(type(d) is not ShapeExpr or dim_size(d) <= EXPR_LIMIT for d in dims):
+            return dims
+        stated = self._stated(v) if v is not None else None
+        return tuple(self.stand_in(d, n, stated[i] if stated and i < len(stated) else None)
+                     if type(d) is ShapeExpr and dim_size(d) > EXPR_LIMIT else d for i, d in enumerate(dims))
+
+    def stand_in(self, d: ShapeExpr, n: Node, stated: Dim = None) -> str:
+        sym = self.stand_ins.get(d)
+        if sym is None:
+            base = "".join(c if c.isalnum() or c == "_" else "_" for c in (n.outputs[0].name if n.outputs else n.op_type))
+            # a second run of the pass keeps the stand-in the first one wrote into the value's type
+            reuse = isinstance(stated, str) and stated.startswith(f"{base}_expr") and stated not in self.stand_ins.values()
+            sym = self.stand_ins[d] = stated if reuse else self.symbol(f"{base}_expr")
+            self.facts.assumptions.setdefault(
+                f"{sym} stands for an expression of {dim_size(d)} terms over {', '.join(d.symbols())} "
+                f"(past the bound of {EXPR_LIMIT}; {n.op_type} {n.name!r})")
+        return sym
 
     def merge(self, v: Value, ours: Shape | None, free: bool = False) -> Shape | None:
         """Our dims, the value's declared ones where ours are unknown, fresh symbols for the rest."""

@@ -12,6 +12,7 @@ from mcp_compiler.errors import UnsupportedError, UsageError
 from mcp_compiler.ir import DataType, Layout, Model, TensorType, Value
 from mcp_compiler.names import check_name, sanitize_name  # noqa: F401 - re-exported for the emitter
 
+from ..base import Note
 from .params import ServingParams
 
 
@@ -65,8 +66,10 @@ def batch_blocker(model: Model) -> str | None:
     values = [("input", x) for x in inputs] + [("output", x) for x in outputs]
     for kind, v in values:
         t = v.type
-        if not isinstance(t, TensorType) or not t.shape:
+        if not isinstance(t, TensorType) or t.shape is None:
             return f"{kind} {v.name!r} has no known rank"
+        if not t.shape:
+            return f"{kind} {v.name!r} is a scalar (rank 0), which has no batch axis"
     first = inputs[0].type.shape[0] if inputs else None
     batch = first if isinstance(first, str) else None
     for kind, v in values:
@@ -119,7 +122,9 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
     elif p.dynamic_batch is True and blocker:
         raise UsageError(f"--dynamic-batch: cannot batch this model: {blocker}")
     elif p.dynamic_batch is not False:
-        if blocker:
+        if blocker and "is a scalar (rank 0)" in blocker:
+            warnings.append(Note(f"dynamic batching off (max_batch_size 0): {blocker}"))
+        elif blocker:
             warnings.append(f"dynamic batching off (max_batch_size 0): {blocker}")
         else:
             batched = True
@@ -183,6 +188,10 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
                                    "only the python backend's runtime reshapes it for the model",
                                    hint="use --backend python")
         params["mcp_scalars"] = json.dumps(scalars)
+        warnings.append(Note(f"{', '.join(repr(n) for n in scalars)} {'is a scalar' if len(scalars) == 1 else 'are scalars'} "
+                             "(rank 0): Triton has no rank-0 tensors, so the entry declares dims [1]; clients "
+                             "send (and get) a one-element array and the runtime hands the model [] (bench, "
+                             "deploy's smoke test and verify send it so too)"))
     if backend == "python":
         params["mcp_runtime"] = "model.mcpir"
         params["ort_prepack"] = "true" if p.prepack else "false"

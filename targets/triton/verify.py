@@ -72,7 +72,9 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     report.budget = dict(judged)
     # the interface's layout contract: NHWC values are the NCHW original's, transposed
     report.layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
-    report = compare_with_original(input, lambda pin=False: _emitted_runner(backend, vdir, pin), report, seed=seed,
+    dequantize = ("ort_dequantize_at_load" in cfg.parameters
+                  and cfg.parameters["ort_dequantize_at_load"].string_value.lower() == "true")
+    report = compare_with_original(input, lambda pin=False: _emitted_runner(backend, vdir, pin, dequantize), report, seed=seed,
                                    inputs=inputs)
     if "mcp_state" in cfg.parameters:
         _verify_sequence(Path(input), vdir, cfg, report)
@@ -148,7 +150,8 @@ def _check_same_interface(original: Path, cfg, entry: Path) -> None:  # noqa: AN
                          "(was the entry converted from another model?)")
 
 
-def _emitted_runner(backend: str, vdir: Path, pin: bool = False):  # noqa: ANN202 - feeds -> outputs
+def _emitted_runner(backend: str, vdir: Path, pin: bool = False,  # noqa: ANN202 - feeds -> outputs
+                    dequantize_at_load: bool = False):
     """The entry's model as its serving runtime runs it; with `pin`, its random nodes seeded as the
     original's are (mcp_compiler.noise: the check only), through the same lowering in-process."""
     if pin and backend == "python":
@@ -166,8 +169,9 @@ def _emitted_runner(backend: str, vdir: Path, pin: bool = False):  # noqa: ANN20
         sess = pinned_onnx_session(vdir / "model.onnx", session_options())[0]
         if sess is not None:
             return lambda feeds: sess.run(None, feeds)
-    if backend == "python":
-        emitted = load_runtime(vdir).MCPIRModel(vdir / "model.mcpir", options=session_options(), prepack=False)
+    if backend == "python":   # as the server runs it: its weights dequantized at load where the entry says so
+        emitted = load_runtime(vdir).MCPIRModel(vdir / "model.mcpir", options=session_options(), prepack=False,
+                                                dequantize_at_load=dequantize_at_load)
         return emitted.run
     import onnxruntime as ort
 

@@ -24,7 +24,7 @@ def test_fp16_convert_verify_passes_within_its_budget(tmp_path):
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     v = out["verification"]
-    assert v["ok"] and v["budget"] == {"cos": 0.999} and v["samples"] == 16
+    assert v["ok"] and v["budget"] == {"cos": 0.999, "rel": 0.02} and v["samples"] == 16
     assert out["quantization"]["accuracy"]["samples"] == 16
     acc = out["quantization"]["accuracy"]["outputs"][0]
     assert acc["cosine"] <= acc["cosine_all"] + 1e-12   # the worst sample, not the pooled figure
@@ -35,9 +35,9 @@ def test_under_the_default_budget_warns_without_a_budget():
 
     rep = AccuracyReport("random (16 samples)", 16, [OutputAccuracy("y", 0.3, 0.1, 0.975, None, 0.99)])
     warned = under_default(rep, "int4")
-    assert len(warned) == 1 and "cosine 0.975 is under the default int4 budget (cos=0.98)" in warned[0], warned
+    assert len(warned) == 1 and "cosine 0.975 is outside the default int4 budget (cos=0.98)" in warned[0], warned
     assert under_default(rep, "fp8") and not under_default(AccuracyReport("r", 16, [OutputAccuracy("y", 0, 0, 0.99995)]), "fp16")
-    assert default_budget("none") == {} and default_budget("bf16") == {"cos": 0.999}
+    assert default_budget("none") == {} and default_budget("bf16") == {"cos": 0.999, "rel": 0.05}
 
 
 def _model(tmp_path, kind: str):

@@ -1,0 +1,262 @@
+"""Classes of real model that failed to convert (issue 49), each rebuilt small: shape expressions
+that fed on themselves, nodes out of order, initializers listed as inputs, rank-0 inputs, a
+static-QDQ model checked as onnxruntime runs it, inputs whose random values give NaN, and a batch
+symbol through Einsum. Each converts and verifies without --dims."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from mcp_compiler import CompileOptions, compile_model
+from mcp_compiler.errors import InvalidModelError
+
+CLI = [sys.executable, "-m", "mcp_compiler.cli"]
+TRITON = "triton-v1.12"
+
+
+def _save(path: Path, nodes, inputs, outputs, inits=(), opset: int = 17, ir: int = 8) -> Path:
+    m = h.make_model(h.make_graph(nodes, "g", inputs, outputs, list(inits)), opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = ir
+    onnx.save(m, path)
+    return path
+
+
+def _cli(*args: str):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300)
+
+
+# -- 1: shape expressions that double at every layer stay bounded ------------------------------------
+
+def _self_feeding(path: Path, blocks: int) -> Path:
+    """Each block concatenates a tensor with a stride-3 view of itself along H: H' = H + (H - 1) // 3 + 1,
+    whose written-out expression doubles every block; an If at the end picks one of two branches."""
+    w = nh.from_array(np.random.default_rng(0).standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.1, "w")
+    nodes, cur = [], "x"
+    for i in range(blocks):
+        nodes += [h.make_node("Conv", [cur, "w"], [f"c{i}"], strides=[3, 1], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+                  h.make_node("Concat", [cur, f"c{i}"], [f"cat{i}"], axis=2)]
+        cur = f"cat{i}"
+    then = h.make_graph([h.make_node("Relu", [cur], ["t"])], "then", [], [h.make_tensor_value_info("t", T.FLOAT, None)])
+    other = h.make_graph([h.make_node("Neg", [cur], ["e"])], "else", [], [h.make_tensor_value_info("e", T.FLOAT, None)])
+    nodes += [h.make_node("ReduceMean", [cur], ["m"], keepdims=0), h.make_node("Greater", ["m", "zero"], ["cond"]),
+              h.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)]
+    zero = nh.from_array(np.array(0, np.float32), "zero")
+    return _save(path, nodes, [h.make_tensor_value_info("x", T.FLOAT, ["N", 4, "H", "W"])],
+                 [h.make_tensor_value_info("y", T.FLOAT, ["N", 4, None, None])], [w, zero])
+
+
+def test_self_feeding_shape_expressions_become_stand_in_symbols(tmp_path):
+    from mcp_compiler.passes.shapes.symbolic_shapes import EXPR_LIMIT
+
+    # 2**20 nodes written out without the bound (minutes of shape algebra and a .mcpir of megabytes);
+    # verified at H=32, which the blocks grow to 10k rows (more blocks: the data itself is gigabytes)
+    src = _self_feeding(tmp_path / "deep.onnx", 20)
+    r = compile_model(src, tmp_path / "repo", CompileOptions.for_target(TRITON, "deep", verify=True))
+    assert r.verification["ok"], r.verification
+    deeper = compile_model(_self_feeding(tmp_path / "deeper.onnx", 200), tmp_path / "deeper",
+                           CompileOptions.for_target(TRITON, "deeper"))
+    assert deeper.output_bytes < 1 << 20
+    mcpir = tmp_path / "repo" / "deep" / "1" / "model.mcpir"
+    assert mcpir.stat().st_size < 1 << 20   # the contracts hold symbols, not trees
+    s = json.loads(_cli("inspect", str(mcpir), "--json").stdout)
+    stand_ins = [a for a in s["shape_assumptions"] if "stands for an expression" in a]
+    assert stand_ins and f"past the bound of {EXPR_LIMIT}" in stand_ins[0]
+
+
+def test_shape_expr_answers_are_cached_not_walked():
+    from mcp_compiler.ir.dims import ShapeExpr, dim_size, dim_symbols
+
+    e = "H"
+    for _ in range(200):   # a DAG: each level uses the one below twice
+        e = ShapeExpr("add", ShapeExpr("floor_div", e, 3), e)
+    assert dim_size(e) > 2**100 and dim_symbols(e) == ["H"]
+    assert hash(e) == hash(e) and e == e and e != ShapeExpr("add", e, 1)
+
+
+# -- 2: nodes in any order ------------------------------------------------------------------------
+
+def test_nodes_out_of_order_are_sorted(tmp_path):
+    n1 = h.make_node("Cast", ["x"], ["xc"], to=T.FLOAT16, name="graph_input_cast_0")
+    n2 = h.make_node("Relu", ["xc"], ["r"], name="/conv_in/Relu")
+    n3 = h.make_node("Cast", ["r"], ["y"], to=T.FLOAT, name="out_cast")
+    src = _save(tmp_path / "unsorted.onnx", [n3, n2, n1], [h.make_tensor_value_info("x", T.FLOAT, ["N", 4])],
+                [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])])
+    r = compile_model(src, tmp_path / "repo", CompileOptions.for_target(TRITON, "u", verify=True))
+    assert r.verification["ok"]
+    out = tmp_path / "sorted.onnx"
+    compile_model(src, out, CompileOptions())
+    onnx.checker.check_model(onnx.load(out))   # written in order
+
+
+def test_a_subgraph_reading_a_later_outer_value_waits_for_it(tmp_path):
+    from mcp_compiler.frontend.onnx import sort_nodes
+
+    body = h.make_graph([h.make_node("Identity", ["late"], ["o"])], "b", [], [h.make_tensor_value_info("o", T.FLOAT, None)])
+    g = h.make_graph([h.make_node("If", ["c"], ["y"], then_branch=body, else_branch=body, name="if"),
+                      h.make_node("Relu", ["x"], ["late"], name="producer")], "g", [], [])
+    assert sort_nodes(g) and [n.name for n in g.node] == ["producer", "if"]
+    assert not sort_nodes(g)   # in order now: nothing moves
+
+
+def test_a_cycle_is_an_error_naming_a_node(tmp_path):
+    src = _save(tmp_path / "cycle.onnx", [h.make_node("Add", ["x", "b"], ["a"], name="first"),
+                                          h.make_node("Relu", ["a"], ["b"], name="second")],
+                [h.make_tensor_value_info("x", T.FLOAT, [2])], [h.make_tensor_value_info("b", T.FLOAT, [2])])
+    with pytest.raises(InvalidModelError, match="cycle: node 'first'"):
+        compile_model(src, tmp_path / "c.mcpir", CompileOptions())
+
+
+def test_a_long_checker_message_is_never_cut_mid_sentence():
+    from mcp_compiler.frontend.onnx import one_line
+
+    assert one_line("a: b\nc d") == "a: b c d"
+    long = "First sentence here. " + "word " * 200
+    cut = one_line(long, limit=100)
+    assert cut.startswith("First sentence here.") and "more characters" in cut and "word word" not in cut
+
+
+# -- 3: initializers listed as graph inputs ---------------------------------------------------------
+
+def _init_inputs(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    inits, nodes, cur = [], [], "x"
+    for i in range(3):
+        inits += [nh.from_array(rng.standard_normal((16, 16 if i else 3, 3, 3)).astype(np.float32) * 0.1, f"w{i}"),
+                  *[nh.from_array(rng.standard_normal(16).astype(np.float32), f"{k}{i}") for k in ("s", "b", "m")],
+                  nh.from_array(rng.random(16).astype(np.float32) + 0.5, f"v{i}")]
+        nodes += [h.make_node("Conv", [cur, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+                  h.make_node("BatchNormalization", [f"c{i}", f"s{i}", f"b{i}", f"m{i}", f"v{i}"], [f"y{i}"])]
+        cur = f"y{i}"
+    ins = [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 8, 8])] + [
+        h.make_tensor_value_info(t.name, T.FLOAT, list(t.dims)) for t in inits]
+    return _save(path, nodes, ins, [h.make_tensor_value_info(cur, T.FLOAT, ["N", 16, 8, 8])], inits, opset=13, ir=7)
+
+
+def test_initializers_listed_as_inputs_are_weights_and_never_grow(tmp_path):
+    src = _init_inputs(tmp_path / "m.onnx")
+    out = tmp_path / "o.onnx"
+    r = compile_model(src, out, CompileOptions(checks=__import__("mcp_compiler").options.CheckOptions(verify=True)))
+    assert r.verification["ok"] and r.weight_bytes <= r.input_weight_bytes, (r.weight_bytes, r.input_weight_bytes)
+    assert [i.name for i in onnx.load(out).graph.input] == ["x"]
+    assert any("15 initializer(s) listed as graph inputs" in n for n in r.notes), r.notes
+    assert not any("grew" in w for w in r.warnings)
+
+
+def test_initializer_inputs_kept_feedable_on_request_and_growth_names_its_pass(tmp_path):
+    src = _init_inputs(tmp_path / "m.onnx")
+    r = _cli("convert", str(src), "-o", str(tmp_path / "o.onnx"), "--initializer-inputs", "inputs")
+    assert r.returncode == 0, r.stderr
+    assert len(onnx.load(tmp_path / "o.onnx").graph.input) == 16
+    assert "grown by fold-batchnorm" in r.stderr and "fold-size-limit" not in r.stderr, r.stderr
+    cfg = tmp_path / "build.yaml"
+    cfg.write_text("initializer_inputs: inputs\n")
+    r = _cli("convert", str(src), "-t", TRITON, "-o", str(tmp_path / "repo"), "--config", str(cfg), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert not any("taken as weights" in n for n in out["notes"]) and any("grew" in w for w in out["warnings"]), out
+    bad = _cli("convert", str(src), "-o", str(tmp_path / "p.onnx"), "--initializer-inputs", "maybe")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --initializer-inputs"), bad.stderr
+
+
+# -- 4: rank-0 inputs end to end --------------------------------------------------------------------
+
+def test_a_rank0_input_is_a_note_and_inspect_says_how_it_is_served(tmp_path):
+    src = _save(tmp_path / "vad.onnx", [h.make_node("Cast", ["sr"], ["srf"], to=T.FLOAT), h.make_node("Div", ["x", "srf"], ["y"])],
+                [h.make_tensor_value_info("x", T.FLOAT, ["N", "L"]), h.make_tensor_value_info("sr", T.INT64, [])],
+                [h.make_tensor_value_info("y", T.FLOAT, ["N", "L"])])
+    r = _cli("convert", str(src), "-t", TRITON, "-o", str(tmp_path / "repo"), "--verify")
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr and "no known rank" not in r.stderr, r.stderr
+    assert "note: 'sr' is a scalar (rank 0)" in r.stderr and "dims [1]" in r.stderr
+    s = json.loads(_cli("inspect", str(src), "--json").stdout)
+    sr = next(i for i in s["inputs"] if i["name"] == "sr")
+    assert sr["shape"] == [] and sr["served_shape"] == [1]
+    assert "served_shape" not in next(i for i in s["inputs"] if i["name"] == "x")
+
+
+# -- 5: a static-QDQ model checked as onnxruntime runs it ---------------------------------------------
+
+def test_a_qdq_model_is_checked_as_served_and_as_a_user_runs_it(tmp_path):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(0)
+    inits = [nh.from_array(rng.standard_normal((32, 32)).astype(np.float32) * 0.3, f"w{i}") for i in range(2)]
+    fp = _save(tmp_path / "fp.onnx", [h.make_node("MatMul", ["x", "w0"], ["a"]), h.make_node("Relu", ["a"], ["r"]),
+                                      h.make_node("MatMul", ["r", "w1"], ["y"])],
+               [h.make_tensor_value_info("x", T.FLOAT, ["N", 32])], [h.make_tensor_value_info("y", T.FLOAT, ["N", 32])], inits)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": rng.standard_normal((4, 32)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    qdq = tmp_path / "qdq.onnx"
+    quantize_static(str(fp), str(qdq), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    r = compile_model(qdq, tmp_path / "repo", CompileOptions.for_target(TRITON, "q", verify=True))
+    v = r.verification
+    assert v["ok"] and "basic optimization" in v["reference"]
+    assert [o["name"] for o in v["as_user_runs"]] == ["y"] and v["as_user_runs"][0]["cosine"] > 0.99
+
+
+# -- 6: inputs whose random values give NaN ---------------------------------------------------------
+
+def test_inputs_are_redrawn_where_normal_values_give_nan(tmp_path):
+    two = nh.from_array(np.array(2, np.float32), "two")
+    src = _save(tmp_path / "pitch.onnx",
+                [h.make_node("Sub", ["fmax", "two"], ["d"]), h.make_node("Log", ["d"], ["l"]), h.make_node("Sqrt", ["fmin"], ["s"]),
+                 h.make_node("Mul", ["x", "l"], ["m"]), h.make_node("Add", ["m", "s"], ["y"])],
+                [h.make_tensor_value_info("x", T.FLOAT, ["N", "L"]), h.make_tensor_value_info("fmin", T.FLOAT, []),
+                 h.make_tensor_value_info("fmax", T.FLOAT, [])],
+                [h.make_tensor_value_info("y", T.FLOAT, ["N", "L"])], [two])
+    r = compile_model(src, tmp_path / "repo", CompileOptions.for_target(TRITON, "p", verify=True))
+    v = r.verification
+    assert v["ok"] and all(not o["nonfinite"] for o in v["outputs"])
+    assert v["inputs"]["floats"] != "normal" and any("was not finite" in n for n in v["inputs"]["notes"])
+
+
+# -- 7: the batch symbol through Einsum ---------------------------------------------------------------
+
+def test_einsum_keeps_the_batch_symbol(tmp_path):
+    nodes = [h.make_node("Einsum", ["q", "k"], ["s"], equation="bhid,bhjd->bhij"),
+             h.make_node("Softmax", ["s"], ["p"], axis=-1),
+             h.make_node("Einsum", ["p", "v"], ["o"], equation="...ij,...jd->...id")]
+    src = _save(tmp_path / "attn.onnx", nodes, [h.make_tensor_value_info(n, T.FLOAT, ["batch", 4, "seq", 16]) for n in "qkv"],
+                [h.make_tensor_value_info("o", T.FLOAT, [None] * 4)])
+    r = _cli("convert", str(src), "-t", TRITON, "-o", str(tmp_path / "repo"), "--no-infer-shapes", "--verify")
+    assert r.returncode == 0, r.stderr
+    assert "max_batch_size: 8" in (tmp_path / "repo" / "attn" / "config.pbtxt").read_text(), r.stderr
+
+
+# -- 8: precision budgets and the printed time ---------------------------------------------------------
+
+def test_a_float_precision_budget_bounds_the_relative_error_too():
+    from mcp_compiler.reference import _within, compare
+
+    a = np.linspace(100, 1000, 64)
+    b = a * 1.03   # the same direction (cosine 1), 3% off in size
+    row = compare(a, b, 1e-3, 1e-4)
+    assert row[2] > 0.9999 and row[6] == pytest.approx(0.03)
+    assert not _within({"cos": 0.999, "rel": 0.02}, row) and _within({"cos": 0.999}, row)
+
+
+def test_convert_counts_verify_once():
+    from mcp_compiler.api import CompileReport, _Clock, _finish
+
+    clock = _Clock()
+    clock.seconds = {"load": 0.1, "passes": 0.2, "emit": 1.5}
+    r = CompileReport("i", "o", 1, 1, 1, 1, verification={"seconds": 1.2, "ok": True})
+    _finish(r, clock)
+    assert r.seconds["verify"] == 1.2 and r.seconds["emit"] == pytest.approx(0.3)
