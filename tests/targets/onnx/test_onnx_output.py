@@ -86,4 +86,4 @@ def test_build_file_with_the_onnx_output(tmp_path):
     assert (tmp_path / "m.onnx.data").exists()
     (tmp_path / "c.yaml").write_text("max_batch_size: 4\n")
     r = runner.invoke(app, ["convert", str(mlp), "-o", str(tmp_path / "n.onnx"), "--config", str(tmp_path / "c.yaml")])
-    assert r.exit_code == 2 and "line 1: unknown key 'max_batch_size' (known: external_data, quantization_level)" in r.stderr
+    assert r.exit_code == 2 and "line 1: unknown key 'max_batch_size' (known: external_data, quantization_level, initializer_inputs)" in r.stderr
