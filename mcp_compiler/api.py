@@ -36,6 +36,7 @@ class CompileReport:
     verification: dict | None = None
     passes: list[dict] = field(default_factory=list)
     quantization: dict | None = None
+    runtime_profile: dict | None = None   # --runtime auto: the executions measured, and the choice
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -372,6 +373,7 @@ def _emit(model: Model, target, input, output: Path, options: CompileOptions,  #
 
     report.warnings += [w for w in result.warnings if not isinstance(w, Note)]
     report.notes += [str(w) for w in result.warnings if isinstance(w, Note)]
+    report.runtime_profile = result.runtime_profile
 
 
 def _quantization_report(options: CompileOptions, records: list[dict], before: int, after: int) -> dict:

@@ -39,6 +39,7 @@ class EmitResult:
     files: list[str]                 # paths relative to `root`, sorted
     config: Any = None               # the ModelConfig message written to config.pbtxt
     warnings: list[str] = field(default_factory=list)
+    runtime_profile: dict | None = None   # --runtime auto: the candidates measured (mcp_compiler.profile)
 
 
 @dataclass

@@ -131,6 +131,13 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
     cfg = mc.ModelConfig(name=name)
     if backend == "python":
         cfg.backend = "python"
+    elif backend == "openvino":
+        # Triton's OpenVINO backend (NVIDIA's stock image) reads the ONNX file itself
+        cfg.backend = "openvino"
+        cfg.default_model_filename = "model.onnx"
+        warnings.append("backend openvino: Triton servers built with the OpenVINO backend (NVIDIA's tritonserver "
+                        "containers) serve this entry; the local `mcp-cli serve` has only the python backend "
+                        "(--backend python --runtime openvino runs OpenVINO there)")
     else:
         cfg.platform = "onnxruntime_onnx"
         cfg.backend = "onnxruntime"
@@ -192,8 +199,16 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
                              "(rank 0): Triton has no rank-0 tensors, so the entry declares dims [1]; clients "
                              "send (and get) a one-element array and the runtime hands the model [] (bench, "
                              "deploy's smoke test and verify send it so too)"))
+    if backend == "openvino":
+        params.update({"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"})
+        if p.precision == "bf16":
+            params["HINT_BF16"] = "YES"
+        if p.runtime != "onnxruntime":
+            raise UsageError("--runtime goes with --backend python (Triton's OpenVINO backend runs the model itself)")
     if backend == "python":
         params["mcp_runtime"] = "model.mcpir"
+        if p.runtime == "openvino" and p.precision in ("f32", "bf16"):   # fixed by the user; auto: emit's profile
+            params["mcp_execution"], params["mcp_precision"] = "openvino", p.precision
         params["ort_prepack"] = "true" if p.prepack else "false"
         if _dequantizes_weights(model) and (p.dequantize_at_load or p.dequantize_at_load is None and p.kind == "cpu"):
             params["ort_dequantize_at_load"] = "true"

@@ -267,9 +267,9 @@ def _check_files(cfg: Any, local: Path, files: dict[str, bytes]) -> None:
     from mcp_compiler.mcpir.reader import from_buffer
 
     backend = cfg.backend or cfg.platform
-    if backend not in ("python", "onnxruntime", "onnxruntime_onnx"):
+    if backend not in ("python", "onnxruntime", "onnxruntime_onnx", "openvino"):
         raise InvalidModelError(local.parent / "config.pbtxt", f"backend {backend!r} is not one mcp-cli "
-                                "deploys (python, onnxruntime)")
+                                "deploys (python, onnxruntime, openvino)")
     names = {k.split("/", 1)[1] for k in files}
     wants = ["model.py"] if backend == "python" else ["model.onnx"]
     if backend == "python" and "mcp_runtime" in cfg.parameters:

@@ -24,7 +24,7 @@ from mcp_compiler.ir import Model
 from mcp_compiler.lower import write_onnx
 from mcp_compiler.mcpir import write_mcpir
 
-from ..base import EmitResult, TargetOptions
+from ..base import EmitResult, Note, TargetOptions
 from .config import build_config, check_name, to_pbtxt
 from .params import ServingParams
 
@@ -66,6 +66,7 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     made = _make_dirs(out_dir)
     staging = tmp = None
     session_check = None
+    profile = None
     try:
         staging, tmp, warn = _stage(out_dir, name)
         warnings += warn
@@ -90,6 +91,11 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
             session_check.result()
         elif options.load_check:
             load_check_onnx(vdir)
+        if backend == "python" and params.runtime != "onnxruntime":
+            # measured after the load check (nothing else runs beside the timing), before the
+            # check: verify then runs the entry with the execution chosen
+            profile = _choose_execution(model, vdir, cfg, params, warnings)
+            (tmp / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")
         if options.check is not None:
             options.check(tmp)
         files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
@@ -107,7 +113,47 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
             raise write_error(final, e) from None
         raise
     _tidy(staging, [], out_dir)
-    return EmitResult(final, files, cfg, warnings)
+    return EmitResult(final, files, cfg, warnings, runtime_profile=profile)
+
+
+def _choose_execution(model: Model, vdir: Path, cfg, params: ServingParams, warnings: list) -> dict | None:  # noqa: ANN001
+    """--runtime auto (or openvino with --precision auto): the profile's choice into the config
+    (mcp_execution, mcp_precision, and the budget it was judged by, mcp_budget); a fixed
+    --runtime openvino --precision P: its budget only. Returns the profile as a dict, or None."""
+    import json
+
+    from mcp_compiler import profile as prof
+
+    from .verify import load_runtime
+
+    if "mcp_execution" in cfg.parameters:   # fixed by the user: nothing to measure
+        budget = prof.PRECISION_BUDGET if cfg.parameters["mcp_precision"].string_value != "f32" else prof.ENGINE_BUDGET
+        cfg.parameters["mcp_budget"].string_value = json.dumps(budget, sort_keys=True)
+        return None
+
+    rt = load_runtime(vdir)   # the runtime the entry carries, as the server runs it
+
+    def load(c):  # noqa: ANN001, ANN202
+        return rt.MCPIRModel(vdir / "model.mcpir", **rt.execution(c.runtime, c.precision)).run
+
+    p = prof.choose(model, load, runtime=params.runtime, precision=params.precision,
+                    seconds=float(params.profile_seconds), dims=dict(params.warmup_dims) or None)
+    c = p.chosen
+    if (c.runtime, c.precision) != ("onnxruntime", "f32"):
+        cfg.parameters["mcp_execution"].string_value = c.runtime
+        cfg.parameters["mcp_precision"].string_value = c.precision
+        cfg.parameters["mcp_budget"].string_value = json.dumps(c.budget, sort_keys=True)
+    warnings.append(Note(f"--runtime {params.runtime}: {c.key} chosen ({_why(p)}; {p.rounds} paired rounds in "
+                         f"{p.seconds:.1f} s, judged on {p.judge_samples} samples the choice never saw)"))
+    return p.to_dict()
+
+
+def _why(p) -> str:  # noqa: ANN001 - profile.Profile
+    c = p.chosen
+    if c.ratio is not None and (c.runtime, c.precision) != ("onnxruntime", "f32"):
+        return f"{1 / c.ratio:.2f}x onnxruntime fp32's speed, paired ratios {c.ratio_spread[0]:.2f}-{c.ratio_spread[1]:.2f}"
+    dropped = [f"{x.key} {x.dropped}" for x in p.candidates if x.dropped]
+    return "; ".join(p.notes + dropped) or "the only candidate"
 
 
 def load_check_onnx(vdir: Path) -> None:

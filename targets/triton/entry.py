@@ -59,8 +59,8 @@ def read_files(folder: Path, limit: int, *, version: int) -> dict[str, bytes]:
     files: list[tuple[str, Path]] = []
     total = 0
     for p in sorted(folder.rglob("*")):
-        if "__pycache__" in p.parts:
-            continue
+        if "__pycache__" in p.parts or "ov_cache" in p.relative_to(folder).parts:
+            continue   # (OpenVINO's compiled-model cache is this machine's, made when served here)
         st = p.lstat()
         if stat.S_ISDIR(st.st_mode):
             continue

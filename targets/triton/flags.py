@@ -18,8 +18,16 @@ def convert_flags() -> list:
         return ConvertFlag(name, annotation, typer.Option(default, *decls, rich_help_panel=PANEL, help=help, **kw))
 
     return [
-        flag("backend", Optional[str], None, "--backend", metavar="python|onnxruntime",
-             help="python (MCP-IR + the bundled runtime; default) or onnxruntime (Triton's onnxruntime backend)."),
+        flag("backend", Optional[str], None, "--backend", metavar="python|onnxruntime|openvino",
+             help="python (MCP-IR + the bundled runtime; default), onnxruntime or openvino (Triton's own "
+                  "onnxruntime or OpenVINO backend, in NVIDIA's stock image)."),
+        flag("runtime", Optional[str], None, "--runtime", metavar="onnxruntime|openvino|auto",
+             help="What the python runtime executes with: onnxruntime (default), openvino, or auto: the "
+                  "fastest this machine measures within the accuracy budget (the profile is in the report)."),
+        flag("precision", Optional[str], None, "--precision", metavar="auto|f32|bf16",
+             help="With --runtime openvino or auto: f32, bf16 (AMX / AVX512_BF16), or auto (measured)."),
+        flag("profile_seconds", Optional[int], None, "--profile-seconds",
+             help="The bound on --runtime auto's measurement, loading and compiling included (default 20)."),
         flag("dynamic_batch", Optional[str], None, "--dynamic-batch", metavar="true|false|auto",
              help="auto (default): on when every input and output has the same batch symbol at axis 0; "
                   "true makes that a requirement."),
@@ -59,7 +67,7 @@ def convert_flags() -> list:
 
 
 # flags whose value is the setting as it is
-_PLAIN = ("max_batch_size", "max_queue_delay_us", "max_concurrent_requests", "inference_timeout_ms",
+_PLAIN = ("profile_seconds", "max_batch_size", "max_queue_delay_us", "max_concurrent_requests", "inference_timeout_ms",
           "instance_count", "tensor_parallel_size", "model_warmup", "prepack", "dequantize_at_load")
 
 
@@ -73,6 +81,8 @@ def settings_from_flags(f: Mapping[str, Any]) -> dict[str, Any]:
     given = {k: f[k] for k in _PLAIN if f.get(k) is not None}
     given.update({k: v for k, v in (
         ("backend", lower(f.get("backend"))),
+        ("runtime", lower(f.get("runtime"))),
+        ("precision", lower(f.get("precision"))),
         ("dynamic_batch", False if f.get("no_dynamic_batch") else tri_state(lower(f.get("dynamic_batch")),
                                                                           "--dynamic-batch")),
         ("preferred_batch_size", parse_ints(f.get("preferred_batch_size"), "--preferred-batch-size")),

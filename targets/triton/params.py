@@ -14,7 +14,12 @@ INT32_MAX = 2**31 - 1
 class ServingParams:
     """What config.pbtxt says beyond the model's contract. None = not set (Triton's default)."""
 
-    backend: str = "python"                  # python (MCP-IR + the bundled runtime) | onnxruntime
+    backend: str = "python"                  # python (MCP-IR + the bundled runtime) | onnxruntime | openvino
+    # the python runtime's execution (mcp_compiler.profile): onnxruntime fp32, OpenVINO, or the
+    # fastest this machine measures within the accuracy budget (auto); precision auto|f32|bf16
+    runtime: str = "onnxruntime"
+    precision: str = "auto"
+    profile_seconds: int = 20                # the bound on auto's measurement
     dynamic_batch: bool | None = None        # None: on when the contract allows it, else a warning
     max_batch_size: int = 8
     preferred_batch_size: list[int] = field(default_factory=list)
@@ -47,8 +52,19 @@ class ServingParams:
             if v is not None and v > INT32_MAX:  # config.pbtxt's fields are int32
                 raise UsageError(f"{name} must be at most {INT32_MAX}, got {v}")
 
-        if self.backend not in ("python", "onnxruntime"):
-            raise UsageError(f"{label('backend')} must be python or onnxruntime, got {self.backend!r}")
+        if self.backend not in ("python", "onnxruntime", "openvino"):
+            raise UsageError(f"{label('backend')} must be python, onnxruntime or openvino, got {self.backend!r}")
+        if self.runtime not in ("auto", "onnxruntime", "openvino"):
+            raise UsageError(f"{label('runtime')} must be auto, onnxruntime or openvino, got {self.runtime!r}")
+        if self.precision not in ("auto", "f32", "bf16"):
+            raise UsageError(f"{label('precision')} must be auto, f32 or bf16, got {self.precision!r}")
+        if self.runtime != "onnxruntime" and self.backend != "python":
+            raise UsageError(f"{label('runtime')} picks the python runtime's execution; --backend {self.backend} is "
+                             "Triton's own backend (--backend openvino serves with Triton's OpenVINO backend)")
+        if self.runtime == "onnxruntime" and self.precision == "bf16" and self.backend != "openvino":
+            raise UsageError(f"{label('precision')} bf16 runs on OpenVINO: --runtime openvino or auto")
+        if not 1 <= self.profile_seconds <= 3600:
+            raise UsageError(f"{label('profile_seconds')} must be between 1 and 3600, got {self.profile_seconds!r}")
         positive("max_batch_size", self.max_batch_size)
         positive("max_queue_delay_us", self.max_queue_delay_us, allow_zero=True)
         positive("max_concurrent_requests", self.max_concurrent_requests)
@@ -77,7 +93,8 @@ class ServingParams:
 _FIELDS = {f.name: f for f in fields(ServingParams)}
 # The build file's keys: the serving parameters (the compiler's own keys, such as
 # quantization_level, are read by the compiler: targets.base.COMPILER_SETTINGS).
-OPTION_TYPES: dict[str, type] = {**{k: int for k in _FIELDS}, "backend": str, "dynamic_batch": bool,
+OPTION_TYPES: dict[str, type] = {**{k: int for k in _FIELDS}, "backend": str, "runtime": str, "precision": str,
+                                 "dynamic_batch": bool,
                                  "preferred_batch_size": list, "kind": str, "model_warmup": bool,
                                  "warmup_dims": dict, "prepack": bool, "dequantize_at_load": bool,
                                  "stateful": bool, "sequence_strategy": str, "state": list}

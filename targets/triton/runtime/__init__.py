@@ -4,7 +4,7 @@ This package is copied into each model repository's version folder by mcp-cli (w
 FlatBuffers code generated from mcp_ir.fbs and the buffer verifier); it never imports mcp-cli.
 """
 
-from .runtime import MCPIRError, MCPIRModel
+from .runtime import MCPIRError, MCPIRModel, execution
 from .sequences import SequenceState, StateTableFull
 
-__all__ = ["MCPIRError", "MCPIRModel", "SequenceState", "StateTableFull"]
+__all__ = ["MCPIRError", "MCPIRModel", "SequenceState", "StateTableFull", "execution"]

@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from mcp_runtime import MCPIRModel, SequenceState  # noqa: E402
+from mcp_runtime import MCPIRModel, SequenceState, execution  # noqa: E402
 from mcp_runtime.telemetry import Telemetry, trace_context  # noqa: E402
 
 _T_READY = time.time_ns()
@@ -42,8 +42,12 @@ class TritonPythonModel:
         threads = int(params.get("intra_op_threads", "0") or 0)
         prepack = params.get("ort_prepack", "true").lower() != "false"
         dequantize = params.get("ort_dequantize_at_load", "false").lower() == "true"
+        # the execution the entry was built for (mcp-cli convert --runtime): onnxruntime fp32 by default
+        how = execution(params.get("mcp_execution", "onnxruntime"), params.get("mcp_precision", "f32"))
+        if how.get("engine") == "openvino":
+            how["cache_dir"] = _cache_dir(path)
         self.model = MCPIRModel(path, intra_op_threads=threads or None, prepack=prepack,
-                                dequantize_at_load=dequantize)
+                                dequantize_at_load=dequantize, **how)
         name, version = args.get("model_name", cfg.get("name", "?")), str(args.get("model_version", "?"))
         self.tel = Telemetry.create(name, version)
         self.metrics = _Metrics(name, version, traced=self.tel is not None)
@@ -186,3 +190,22 @@ def _response(names, arrays):
 
 def _error(e):
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(f"{type(e).__name__}: {e}"))
+
+
+def _cache_dir(path):
+    """Where OpenVINO keeps the compiled model (CACHE_DIR): beside the .mcpir when that folder is
+    writable, else a folder of the user's temp named by the file's identity. A later load of the
+    same model reads it instead of compiling again."""
+    here = os.path.join(os.path.dirname(path), "ov_cache")
+    try:
+        os.makedirs(here, exist_ok=True)
+        if os.access(here, os.W_OK):
+            return here
+    except OSError:
+        pass
+    import hashlib
+    import tempfile
+
+    st = os.stat(path)
+    key = hashlib.sha256(f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"mcp-ov-cache-{key}")

@@ -1,0 +1,371 @@
+"""Hardware-aware execution: what this machine computes with, and which backend serves a model
+fastest within its accuracy budget.
+
+`machine()` reads the CPU's instruction sets (AVX2, AVX-512, VNNI, AVX512_BF16, AMX), cores,
+memory, onnxruntime's execution providers and whether OpenVINO is installed. `candidates()` turns
+that into the executions worth measuring for a model: onnxruntime fp32 (today's), OpenVINO f32,
+OpenVINO bf16 where the CPU computes bf16 natively (AMX or AVX512_BF16), and onnxruntime's CUDA
+and TensorRT providers where a GPU offers them. `choose()` runs each candidate as the served
+runtime runs it (mcp_runtime.MCPIRModel on the entry's .mcpir), on inputs the model accepts
+(mcp_compiler.inputs):
+
+- accuracy: each candidate's outputs against onnxruntime fp32 on the selection samples, within its
+  budget (a precision change: cosine >= 0.999 and relative error <= 0.05 by default; an engine
+  change at f32: cosine >= 0.99999 and relative error <= 1e-3); a candidate that does not load
+  or compile (an op OpenVINO lacks) or misses its budget is dropped, with the reason;
+- speed: warm-up, then rounds in which every candidate runs once, in rotating order (paired,
+  interleaved); each round gives a candidate a ratio to onnxruntime's time in the same round. A
+  candidate is faster only when its ratios' 90th percentile is under 1: a difference within the
+  spread of the pairs is no difference, and ties keep onnxruntime;
+- the winner is judged again on samples the choice never saw (other random draws): outside its
+  budget there, onnxruntime is kept.
+
+The profile is bounded by `seconds` (loading and compiling included); what it could not measure
+in time is dropped with that reason.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import UsageError
+
+RUNTIMES = ("auto", "onnxruntime", "openvino")
+PRECISIONS = ("auto", "f32", "bf16")
+SELECT_SAMPLES = 3        # samples the choice is made on (accuracy)
+JUDGE_SAMPLES = 8         # other samples the winner is judged on
+SELECT_SEED, JUDGE_SEED = 11, 1009   # disjoint draws: the judge never sees a selection sample
+MIN_ROUNDS, MAX_ROUNDS = 5, 200
+REQUEST_LENGTH = 128      # a free dim of the measured request (bench's default request length) ...
+IMAGE_SIDE = 224          # ... and an image's free side (a float input [N, C, H, W] with C of 1, 3 or 4)
+ATOL = 1e-4               # an output within this of the reference everywhere is equal (any cosine)
+# Budgets against onnxruntime fp32: a lower precision, and another engine at the same precision.
+PRECISION_BUDGET = {"cos": 0.999, "rel": 0.05}
+ENGINE_BUDGET = {"cos": 0.99999, "rel": 1e-3}
+_ISA = {"avx2": "avx2", "avx512f": "avx512", "avx512_vnni": "vnni", "avx_vnni": "vnni",
+        "avx512_bf16": "avx512_bf16", "avx512_fp16": "avx512_fp16", "amx_bf16": "amx_bf16",
+        "amx_int8": "amx_int8", "amx_tile": "amx_tile"}
+
+
+@dataclass
+class Machine:
+    cpu: str = ""
+    isa: list[str] = field(default_factory=list)     # of _ISA's names, in its order
+    cores: int = 1
+    memory_bytes: int | None = None
+    ort_providers: list[str] = field(default_factory=list)
+    openvino: str | None = None                      # its version, None: not installed
+    gpus: list[str] = field(default_factory=list)
+
+    @property
+    def native_bf16(self) -> bool:
+        return "amx_bf16" in self.isa or "avx512_bf16" in self.isa
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def machine() -> Machine:
+    """This machine, read from /proc and the installed runtimes (nothing is started)."""
+    m = Machine(cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        text = ""
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "flags" and not flags:
+            flags = set(value.split())
+        elif key == "model name" and not m.cpu:
+            m.cpu = value.strip()
+    m.isa = list(dict.fromkeys(name for flag, name in _ISA.items() if flag in flags))
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                m.memory_bytes = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    import onnxruntime as ort
+
+    m.ort_providers = list(ort.get_available_providers())
+    m.openvino = openvino_version()
+    if "CUDAExecutionProvider" in m.ort_providers:
+        m.gpus = _nvidia_gpus()
+    return m
+
+
+def openvino_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("openvino")
+    except Exception:  # noqa: BLE001 - not installed (PackageNotFoundError), or a broken install
+        return None
+
+
+def _nvidia_gpus() -> list[str]:
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+
+
+@dataclass
+class Candidate:
+    runtime: str                       # onnxruntime | openvino | onnxruntime-cuda | onnxruntime-tensorrt
+    precision: str                     # f32 | bf16 | f16
+    budget: dict[str, float] = field(default_factory=dict)
+    latency_ms: float | None = None    # median over the rounds
+    ratio: float | None = None         # median of the paired ratios to onnxruntime fp32
+    ratio_spread: list[float] | None = None   # their 10th and 90th percentiles
+    accuracy: dict[str, float] | None = None  # the worst output: cosine, rel (selection samples)
+    judged: dict[str, float] | None = None    # the same on the judging samples (the winner)
+    chosen: bool = False
+    dropped: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.runtime}/{self.precision}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def candidates(m: Machine, runtime: str = "auto", precision: str = "auto") -> list[Candidate]:
+    """The executions worth measuring on `m` for what the user asked (onnxruntime fp32 first:
+    the baseline every other one is measured and checked against)."""
+    if runtime not in RUNTIMES:
+        raise UsageError(f"--runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    if precision not in PRECISIONS:
+        raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if runtime == "onnxruntime" and precision == "bf16":
+        raise UsageError("--precision bf16 runs on OpenVINO: --runtime openvino (or auto)")
+    out = [Candidate("onnxruntime", "f32")]
+    if runtime in ("auto", "openvino"):
+        if m.openvino is None:
+            if runtime == "openvino":
+                raise UsageError("--runtime openvino: OpenVINO is not installed (pip install 'mcp-cli[openvino]')")
+        else:
+            if precision in ("auto", "f32"):
+                out.append(Candidate("openvino", "f32", dict(ENGINE_BUDGET)))
+            if precision == "bf16" or (precision == "auto" and m.native_bf16):
+                out.append(Candidate("openvino", "bf16", dict(PRECISION_BUDGET)))
+    if runtime == "auto" and precision in ("auto", "f32"):
+        if "CUDAExecutionProvider" in m.ort_providers and m.gpus:
+            out.append(Candidate("onnxruntime-cuda", "f32", dict(ENGINE_BUDGET)))
+        if "TensorrtExecutionProvider" in m.ort_providers and m.gpus:
+            out.append(Candidate("onnxruntime-tensorrt", "f32", dict(ENGINE_BUDGET)))
+            if precision == "auto":
+                out.append(Candidate("onnxruntime-tensorrt", "f16", dict(PRECISION_BUDGET)))
+    return out
+
+
+@dataclass
+class Profile:
+    machine: dict
+    candidates: list[Candidate]
+    rounds: int = 0
+    seconds: float = 0.0
+    select_samples: int = 0
+    judge_samples: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> Candidate:
+        return next(c for c in self.candidates if c.chosen)
+
+    def to_dict(self) -> dict:
+        return {"machine": self.machine, "candidates": [c.to_dict() for c in self.candidates],
+                "rounds": self.rounds, "seconds": round(self.seconds, 3), "select_samples": self.select_samples,
+                "judge_samples": self.judge_samples, "chosen": self.chosen.key, "notes": self.notes}
+
+
+Loader = Callable[[Candidate], Callable[[dict], list]]
+
+
+def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto",  # noqa: ANN001 - an IR Model
+           seconds: float = 20.0, m: Machine | None = None, clock: Callable[[], float] = time.perf_counter,
+           dims: dict[str, int] | None = None) -> Profile:
+    """Measure the candidates for `model` (its interface makes the inputs); `load(candidate)`
+    gives a feeds -> outputs function as the served runtime runs it, or raises. With `runtime`
+    or `precision` forced, only those candidates can win (onnxruntime fp32 is still the
+    reference)."""
+    from .inputs import make
+
+    start = clock()
+    m = m or machine()
+    cands = candidates(m, runtime, precision)
+    prof = Profile(m.to_dict(), cands)
+    base = cands[0]
+    runs: dict[str, Callable] = {}
+    for c in cands:
+        try:
+            runs[c.key] = load(c)
+        except Exception as e:  # noqa: BLE001 - a candidate that does not load or compile is dropped
+            c.dropped = f"does not load: {_first_line(e)}"
+    if base.key not in runs:
+        raise UsageError(f"the model does not load in onnxruntime: {base.dropped}")
+    p = _request_plan(model, dims or {}, runs[base.key], prof)
+    batch = 1 if any(sh and isinstance(sh[0], str) for sh in p.shapes.values()) else None
+    select = [make(model, p, np.random.default_rng(SELECT_SEED + k), batch=batch) for k in range(SELECT_SAMPLES)]
+    judge = [make(model, p, np.random.default_rng(JUDGE_SEED + k), batch=batch) for k in range(JUDGE_SAMPLES)]
+    prof.select_samples, prof.judge_samples = len(select), len(judge)
+    want = [runs[base.key](f) for f in select]
+    for c in cands[1:]:
+        if c.dropped:
+            continue
+        try:
+            c.accuracy = _accuracy(want, [runs[c.key](f) for f in select])
+        except Exception as e:  # noqa: BLE001 - fails on inputs onnxruntime runs
+            c.dropped = f"fails to run: {_first_line(e)}"
+            continue
+        if not _within(c.accuracy, c.budget):
+            c.dropped = f"outside its budget {_budget_text(c.budget)}: {_acc_text(c.accuracy)}"
+    live = [c for c in cands if not c.dropped]
+    _time(live, runs, select, prof, start, seconds, clock)
+    _pick(live, base, prof, runtime, precision)
+    winner = prof.chosen
+    if winner is not base:
+        winner.judged = _accuracy([runs[base.key](f) for f in judge], [runs[winner.key](f) for f in judge])
+        if not _within(winner.judged, winner.budget):
+            winner.chosen, base.chosen = False, True
+            winner.dropped = (f"outside its budget {_budget_text(winner.budget)} on the {len(judge)} judging "
+                              f"samples: {_acc_text(winner.judged)}")
+            prof.notes.append(f"{winner.key} was the fastest but missed its budget on samples the choice never "
+                              "saw: onnxruntime fp32 kept")
+    prof.seconds = clock() - start
+    return prof
+
+
+def _request_plan(model, dims: dict[str, int], run: Callable, prof: Profile):  # noqa: ANN001, ANN202
+    """The request a served model gets, not the smallest one the checks use: batch 1, and the
+    symbols no op ties to a size (an image side, a sequence length) at REQUEST_LENGTH where the
+    model accepts it (bench's default request)."""
+    from .errors import McpError
+    from .inputs import plan, probe
+
+    p = plan(model, dims, fold=False)
+    free = [s for s in p.free if s not in dims and not any(sh and sh[0] == s for sh in p.shapes.values())]
+    if free:
+        sides = {d for sh in p.shapes.values() if len(sh) == 4 and sh[1] in (1, 3, 4) for d in sh[2:]
+                 if isinstance(d, str)}
+        sizes = {s: IMAGE_SIDE if s in sides else REQUEST_LENGTH for s in free}
+        try:
+            q = plan(model, {**sizes, **dims}, fold=False)
+            probe(model, q, run)
+            prof.notes.append(f"measured at {', '.join(f'{k}={v}' for k, v in sizes.items())}, batch 1 "
+                              "(--warmup-dims sets the request's sizes)")
+            return q
+        except McpError:
+            pass
+    probe(model, p, run)
+    return p
+
+
+def _time(live: list[Candidate], runs: dict, samples: list[dict], prof: Profile, start: float, seconds: float,
+          clock: Callable[[], float]) -> None:
+    for c in live:   # warm-up: the first runs pay allocations and kernel selection
+        for f in samples[:2]:
+            runs[c.key](f)
+    times: dict[str, list[float]] = {c.key: [] for c in live}
+    k = 0
+    while k < MAX_ROUNDS and (k < MIN_ROUNDS or clock() - start < seconds):
+        order = live[k % len(live):] + live[:k % len(live)]   # rotating: no candidate always runs first
+        f = samples[k % len(samples)]
+        for c in order:
+            t = clock()
+            runs[c.key](f)
+            times[c.key].append(clock() - t)
+        k += 1
+    prof.rounds = k
+    base = times[live[0].key]
+    for c in live:
+        t = np.asarray(times[c.key])
+        c.latency_ms = round(float(np.median(t)) * 1e3, 4)
+        ratios = t / np.asarray(base)
+        c.ratio = round(float(np.median(ratios)), 4)
+        c.ratio_spread = [round(float(np.percentile(ratios, 10)), 4), round(float(np.percentile(ratios, 90)), 4)]
+    if k < MIN_ROUNDS * 2 and clock() - start > seconds:
+        prof.notes.append(f"the time bound ({seconds:g} s) allowed {k} rounds; --profile-seconds gives more")
+
+
+def _pick(live: list[Candidate], base: Candidate, prof: Profile, runtime: str, precision: str) -> None:
+    """The fastest candidate whose paired ratios are under 1 through their spread; forced runtime
+    or precision: the fastest of those allowed."""
+    allowed = [c for c in live if (runtime in ("auto", c.runtime)) and (precision in ("auto", c.precision))]
+    if runtime == "onnxruntime" or not allowed or allowed == [base]:
+        base.chosen = True
+        return
+    forced = runtime != "auto" or precision != "auto"
+    if forced:
+        best = min(allowed, key=lambda c: c.latency_ms)
+        best.chosen = True
+        return
+    faster = [c for c in allowed if c is not base and c.ratio_spread and c.ratio_spread[1] < 1.0]
+    if not faster:
+        base.chosen = True
+        prof.notes.append("no candidate was faster than onnxruntime fp32 beyond the spread of the paired runs: "
+                          "onnxruntime kept")
+        return
+    min(faster, key=lambda c: c.ratio).chosen = True
+
+
+def _accuracy(want: list[list], got: list[list]) -> dict[str, float]:
+    """The worst output over the samples: cosine (lowest), rel = ||got - want|| / ||want|| (highest)."""
+    cos, rel, max_abs = 1.0, 0.0, 0.0
+    for w_outs, g_outs in zip(want, got):
+        for w, g in zip(w_outs, g_outs):
+            w, g = np.asarray(w), np.asarray(g)
+            if w.shape != g.shape:
+                return {"cos": 0.0, "rel": float("inf"), "max_abs": float("inf")}
+            if w.dtype.kind not in "fc":
+                same = bool(np.array_equal(w, g))
+                cos, rel = min(cos, 1.0 if same else 0.0), max(rel, 0.0 if same else 1.0)
+                continue
+            a, b = w.astype(np.float64).ravel(), g.astype(np.float64).ravel()
+            if not (np.isfinite(a).all() and np.isfinite(b).all()):
+                if not np.array_equal(np.isfinite(a), np.isfinite(b)):
+                    return {"cos": 0.0, "rel": float("inf"), "max_abs": float("inf")}
+                keep = np.isfinite(a)
+                a, b = a[keep], b[keep]
+            diff = float(np.abs(a - b).max(initial=0.0))
+            max_abs = max(max_abs, diff)
+            if diff <= ATOL:   # (an output of ~1e-7 probabilities: its cosine says nothing)
+                continue
+            na, nb = np.linalg.norm(a), np.linalg.norm(b)
+            c = float(a @ b / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+            r = float(np.linalg.norm(a - b) / na) if na > 0 else (0.0 if nb == 0 else float("inf"))
+            cos, rel = min(cos, c), max(rel, r)
+    return {"cos": round(cos, 7), "rel": float(f"{rel:.4g}"), "max_abs": float(f"{max_abs:.4g}")}
+
+
+def _within(acc: dict[str, float], budget: dict[str, float]) -> bool:
+    return acc["cos"] >= budget.get("cos", -1.0) and acc["rel"] <= budget.get("rel", float("inf"))
+
+
+def _budget_text(budget: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in budget.items())
+
+
+def _acc_text(acc: dict[str, float]) -> str:
+    return f"cosine {acc['cos']:.6f}, relative error {acc['rel']:.3g}"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:300]
