@@ -365,6 +365,7 @@ def _emit(model: Model, target, input, output: Path, options: CompileOptions,  #
     result = target.emit(model, output, TargetOptions(
         name=name, force=t.force, params=t.params,
         quantization=options.quantize.mode if options.quantize else "none",
+        budget=dict(options.accuracy.budget) if options.quantize and options.accuracy.budget else None,
         load_check=t.load_check, check=verify_staged if options.checks.verify else None))
     report.output = str(output) if target.output_suffix else str(result.root)
     report.files = result.files

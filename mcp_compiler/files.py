@@ -150,3 +150,55 @@ def parse_yaml(text: str, label: str, *, compose: bool = False):  # noqa: ANN201
         raise UsageError(f"{label}: nesting too deep") from None
     except ValueError as e:   # an integer of more digits than Python converts (4,300)
         raise UsageError(f"{label}: {str(e).split(';')[0]}") from None
+
+
+def temp_prefix(path: Path | str) -> str:
+    """The prefix of the temp file or folder written beside `path` before it is renamed into
+    place: `.NAME.PID.` — the pid tells a later write whether the writer is still alive.
+    Stale temps of writers that died (a killed convert: up to the output's size) are removed here,
+    by the next write to the same place."""
+    p = Path(path)
+    remove_stale_temps(p.parent if str(p.parent) else Path("."), p.name)
+    return f".{p.name}.{os.getpid()}."
+
+
+def remove_stale_temps(folder: Path, name: str) -> list[Path]:
+    """Remove `.NAME.PID.*` temps in `folder` whose pid is no longer running; what was removed."""
+    import shutil
+
+    gone = []
+    try:
+        found = list(Path(folder).glob(f".{glob_escape(name)}.*"))
+    except OSError:
+        return gone
+    for t in found:
+        pid = t.name[len(name) + 2:].split(".", 1)[0]
+        if not (pid.isascii() and pid.isdigit()) or _alive(int(pid)):
+            continue
+        try:
+            if t.is_dir() and not t.is_symlink():
+                shutil.rmtree(t)
+            else:
+                t.unlink()
+            gone.append(t)
+        except OSError:
+            pass
+    return gone
+
+
+def glob_escape(name: str) -> str:
+    import glob
+
+    return glob.escape(name)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0 or pid > 2**22:
+        return True   # not a pid this kernel hands out: leave the file alone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True

@@ -252,6 +252,16 @@ def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto
     return prof
 
 
+def request(model, run: Callable, dims: dict[str, int] | None = None, seed: int = SELECT_SEED) -> dict:  # noqa: ANN001
+    """One request as the profile measures it (batch 1, free sizes at their request sizes): what
+    a benchmark sends to compare executions on the same footing."""
+    from .inputs import make
+
+    p = _request_plan(model, dims or {}, run, Profile({}, []))
+    batch = 1 if any(sh and isinstance(sh[0], str) for sh in p.shapes.values()) else None
+    return make(model, p, np.random.default_rng(seed), batch=batch)
+
+
 def _request_plan(model, dims: dict[str, int], run: Callable, prof: Profile):  # noqa: ANN001, ANN202
     """The request a served model gets, not the smallest one the checks use: batch 1, and the
     symbols no op ties to a size (an image side, a sequence length) at REQUEST_LENGTH where the
@@ -283,14 +293,17 @@ def _time(live: list[Candidate], runs: dict, samples: list[dict], prof: Profile,
         for f in samples[:2]:
             runs[c.key](f)
     times: dict[str, list[float]] = {c.key: [] for c in live}
-    k = 0
-    while k < MAX_ROUNDS and (k < MIN_ROUNDS or clock() - start < seconds):
+    k, round_s = 0, 0.0
+    # the judging after the rounds runs two candidates on JUDGE_SAMPLES samples: kept within the bound too
+    while k < MAX_ROUNDS and (k < MIN_ROUNDS or clock() - start + JUDGE_SAMPLES * round_s < seconds):
         order = live[k % len(live):] + live[:k % len(live)]   # rotating: no candidate always runs first
         f = samples[k % len(samples)]
+        t_round = clock()
         for c in order:
             t = clock()
             runs[c.key](f)
             times[c.key].append(clock() - t)
+        round_s = max(round_s, clock() - t_round)
         k += 1
     prof.rounds = k
     base = times[live[0].key]

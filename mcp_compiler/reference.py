@@ -42,6 +42,7 @@ class VerifyReport:
     # optimization too (int8 kernels, as a user runs it); the check above is at basic level
     # (weights dequantized, as the entry serves them). Reported, not judged.
     as_user_runs: list[dict] = field(default_factory=list)
+    execution: str = "onnxruntime/f32"   # what ran the entry (the execution it is served with)
 
     @property
     def ok(self) -> bool:
@@ -62,7 +63,8 @@ class VerifyReport:
             o = min(bad, key=lambda x: x.cosine)
             raise VerificationError(
                 f"{self.repository}: output {o.name!r} is outside the accuracy budget "
-                f"{', '.join(f'{k}={v:g}' for k, v in self.budget.items())} of the {self.quantization_level} model: "
+                f"{', '.join(f'{k}={v:g}' for k, v in self.budget.items())} of the "
+                f"{self.quantization_level if self.quantization_level not in ('', 'none') else self.execution} model: "
                 f"worst sample's cosine {o.cosine:.6f}, max abs {o.max_abs:.3g} over {self.samples} samples "
                 "(--accuracy-budget sets the budget)")
         if bad:

@@ -213,10 +213,17 @@ class Reporter:
         inp = r.inputs or {}
         how = (f", inputs from {inp['from']}" if "from" in inp else
                f", sizes {', '.join(f'{k}={v}' for k, v in inp['sizes'].items())}" if inp.get("sizes") else "")
-        judged = (f"{r.quantization_level} model judged by the budget {', '.join(f'{k}={v:g}' for k, v in r.budget.items())} "
+        what = (f"{r.quantization_level} model" if r.quantization_level not in ("", "none") else
+                "its precision")
+        judged = (f"{what} judged by the budget {', '.join(f'{k}={v:g}' for k, v in r.budget.items())} "
                   "(worst sample)" if getattr(r, "budget", None) else f"atol {r.atol}, rtol {r.rtol}")
-        self.out.print(f"verify {r.repository} ({r.backend} backend, {r.samples} sample(s){how}, "
+        served = getattr(r, "execution", "onnxruntime/f32")
+        served = "" if served == "onnxruntime/f32" else f", served with {served}"
+        self.out.print(f"verify {r.repository} ({r.backend} backend{served}, {r.samples} sample(s){how}, "
                        f"{judged}{ref}):", markup=False)
+        if getattr(r, "budget", None) and "from" not in inp:
+            self.out.print(f"  note: judged on {r.samples} random samples drawn apart from those the conversion "
+                           "chose by (its layer selection, its execution)", markup=False)
         if getattr(r, "pinned_random", 0):
             self.out.print(f"  note: the model is stochastic: its {r.pinned_random} random node(s) were seeded alike in "
                            "both models for this check (the served model keeps its randomness)", markup=False)

@@ -23,6 +23,7 @@ class TargetOptions:
     force: bool = False
     params: Any = None               # the target's own typed options (Target.options_from)
     quantization: str = "none"       # what the pipeline quantized to (one source: CompileOptions)
+    budget: dict[str, float] | None = None   # --accuracy-budget a quantized entry was built with (recorded)
     load_check: bool = True          # the target's runtime loads the staged artifacts first
     # Called with the staged entry before it replaces anything (e.g. verify); raising stops the emit.
     check: Callable[[Path], None] | None = None

@@ -60,14 +60,14 @@ class OnnxTarget(Target):
     def emit(self, model, out: Path, options: TargetOptions) -> EmitResult:  # noqa: ANN001 - ir.Model
         """Write `out` (and `out.data` with external data) through a temp name in the same folder."""
         from mcp_compiler.errors import OutputExistsError
-        from mcp_compiler.files import follow_umask, write_error
+        from mcp_compiler.files import follow_umask, temp_prefix, write_error
         from mcp_compiler.lower import write_onnx
 
         out = Path(out)
         if out.exists() and not options.force:
             raise OutputExistsError(f"{out} exists; pass --force to replace it")
         external = (options.params or {}).get("external_data") or None
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), dir=out.parent))
         try:
             names = write_onnx(model, tmp / out.name, external=external)
             for n in names:

@@ -127,3 +127,21 @@ def test_verify_of_a_corrupt_mcpir_is_an_input_error(entry, tmp_path, cut):
     f.write_bytes(data[: len(data) // 2] if cut == "truncated" else b"\x00" * len(data))
     r = _cli("verify", str(MLP), str(bad))
     _one_error(r, 2, "model.mcpir")
+
+
+@pytest.mark.parametrize("suffix", [".mcpir", ".onnx"])
+def test_a_killed_writes_temp_is_removed_by_the_next_write(tmp_path, suffix):
+    """A convert killed mid-write leaves `.NAME.PID.*` beside the output; the next write to the
+    same place removes it (its pid is gone), and never a live writer's."""
+    import subprocess as sp
+
+    dead = sp.Popen(["true"])
+    dead.wait()
+    out = tmp_path / f"m{suffix}"
+    stale = tmp_path / f".m{suffix}.{dead.pid}.abc.tmp"
+    stale.write_bytes(b"x" * 4096)
+    live = tmp_path / f".m{suffix}.{os.getpid()}.def.tmp"
+    live.write_bytes(b"y")
+    r = _cli("convert", str(MLP), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert out.exists() and not stale.exists() and live.exists()

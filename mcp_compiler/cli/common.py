@@ -155,9 +155,9 @@ def write_json(path: Path, data: dict) -> None:
     import os
     import tempfile
 
-    from mcp_compiler.files import follow_umask, write_error
+    from mcp_compiler.files import follow_umask, temp_prefix, write_error
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         follow_umask(fd)
         with os.fdopen(fd, "w") as f:

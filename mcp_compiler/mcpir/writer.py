@@ -12,7 +12,7 @@ from pathlib import Path
 import flatbuffers
 import numpy as np
 
-from ..files import follow_umask
+from ..files import follow_umask, temp_prefix
 from ..ir.dims import Dim, ShapeExpr
 from ..ir.graph import Attribute, AttrType, Function, Graph, Model, Node, Value
 from ..ir.tensor import SparseTensor, Tensor
@@ -51,7 +51,7 @@ def write_mcpir(model: Model, path: str | os.PathLike, *, alignment: int = 64) -
     enc = _Encoder(alignment)
     header = enc.model(model)
     data_start = align_up(len(header), alignment)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent or ".")
     try:
         follow_umask(fd)  # mkstemp makes 0600: a server running as another user must read it
         with os.fdopen(fd, "wb") as f:

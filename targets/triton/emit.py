@@ -63,6 +63,10 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     if final.exists() and not options.force:
         raise OutputExistsError(f"{final} exists; pass --force to replace it")
     cfg, warnings, cfg_files = build_config(model, name, backend, params, options.quantization)
+    if options.budget:   # what `mcp-cli verify` judges the entry by later (the budget it was built with)
+        import json
+
+        cfg.parameters["mcp_budget"].string_value = json.dumps(options.budget, sort_keys=True)
     made = _make_dirs(out_dir)
     staging = tmp = None
     session_check = None

@@ -11,6 +11,12 @@ stages, each stage starting from the best setting so far:
 2. instance count and onnxruntime intra-op threads within the cores (instances x threads <= cores);
 3. max and preferred batch size around the load (batching models).
 
+Before them, for a python-backend entry, the execution (stage 0): the runtime profile
+(mcp_compiler.profile) runs on the entry's .mcpir in this process, and every execution it keeps
+(one that compiles and stays within its accuracy budget: OpenVINO f32, bf16 on a CPU with native
+bf16) is a trial, served and measured like the others. A change of execution is applied, as any
+setting, only when the confirmation below finds it a win.
+
 The best trial is the highest throughput whose p99 meets the SLO with no failed request (or, with
 objective "latency", the lowest p99). Settings that are the same on this machine (intra-op threads
 at or past the cores are onnxruntime's default; the queue delay of a model without batching) are
@@ -68,16 +74,22 @@ class Setting:
     intra_op_threads: int = 0          # 0: onnxruntime's default (all cores)
     max_queue_size: int = 0            # 0: unbounded
     inference_timeout_ms: int = 0      # 0: none
+    execution: str = "onnxruntime/f32"   # the python runtime's execution (mcp_execution / mcp_precision)
+    budget: str = ""                   # the budget that execution was judged by (mcp_budget), as JSON
 
     @classmethod
     def of(cls, cfg: Any) -> Setting:
         db = cfg.dynamic_batching if cfg.HasField("dynamic_batching") else None
         q = db.default_queue_policy if db is not None else None
         threads = cfg.parameters["intra_op_threads"].string_value if "intra_op_threads" in cfg.parameters else ""
+        p = cfg.parameters
+        execution = (f"{p['mcp_execution'].string_value}/{p['mcp_precision'].string_value}"
+                     if "mcp_execution" in p and "mcp_precision" in p else "onnxruntime/f32")
         return cls(db is not None, cfg.max_batch_size, tuple(db.preferred_batch_size) if db else (),
                    db.max_queue_delay_microseconds if db else 0,
-                   sum(g.count or 1 for g in cfg.instance_group) or 1, int(threads or 0),
-                   q.max_queue_size if q else 0, (q.default_timeout_microseconds // 1000) if q else 0)
+                   sum(g.count or 1 for g in cfg.instance_group) or 1, _int(threads, "intra_op_threads"),
+                   q.max_queue_size if q else 0, (q.default_timeout_microseconds // 1000) if q else 0,
+                   execution, p["mcp_budget"].string_value if "mcp_budget" in p else "")
 
     def config(self, base: Any) -> Any:
         """`base` (a ModelConfig) with this setting. Turning batching on for an entry written
@@ -109,6 +121,15 @@ class Setting:
             cfg.parameters["intra_op_threads"].string_value = str(self.intra_op_threads)
         elif "intra_op_threads" in cfg.parameters:
             del cfg.parameters["intra_op_threads"]
+        for key in ("mcp_execution", "mcp_precision"):
+            if key in cfg.parameters:
+                del cfg.parameters[key]
+        if self.execution != "onnxruntime/f32":
+            runtime, precision = self.execution.split("/")
+            cfg.parameters["mcp_execution"].string_value = runtime
+            cfg.parameters["mcp_precision"].string_value = precision
+            if self.budget:
+                cfg.parameters["mcp_budget"].string_value = self.budget
         return cfg
 
     def to_dict(self) -> dict:
@@ -226,7 +247,11 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
         try:
             baseline = search.run(Setting.of(original), "baseline")
             say(_line(0, baseline, None, slo_p99_ms))
-            for stage in (_batching, _instances, _batch_sizes):
+            executions = _executions(Path(entry), s, notes, say) if original.backend == "python" else []
+            stages = [lambda start, *_: [replace(start, execution=e, budget=b) for e, b in executions
+                                         if e != start.execution],
+                      _batching, _instances, _batch_sizes]
+            for stage in stages:
                 for setting in stage(search.best_setting(baseline), cores, load, batchable):
                     if time.monotonic() - t0 + most + confirm > budget_s:
                         break
@@ -381,6 +406,43 @@ class _Search:
         return min(measured, key=lambda t: t.point.p99_ms).setting if measured else baseline.setting
 
 
+def _int(text: str, key: str) -> int:
+    """An integer parameter of the entry's config ("" is 0); anything else one clean error."""
+    text = (text or "").strip()
+    if not text:
+        return 0
+    if not (text.isascii() and text.isdigit()) or len(text) > 6:
+        raise UsageError(f"config.pbtxt: parameter {key} must be a whole number of at most 6 digits, got {text[:20]!r}")
+    return int(text)
+
+
+def _executions(entry: Path, s: Served, notes: list[str], say: Callable[[str], None]) -> list[tuple[str, str]]:
+    """The executions worth a trial: those the runtime profile keeps on this machine (they
+    compile and meet their accuracy budget), as (runtime/precision, budget JSON)."""
+    import json as _json_mod
+
+    from mcp_compiler import profile as prof
+    from mcp_compiler.mcpir import read_mcpir
+
+    from .verify import load_runtime
+
+    vdir = max(p for p in entry.iterdir() if p.name.isascii() and p.name.isdigit() and p.is_dir())
+    if prof.openvino_version() is None:
+        notes.append("OpenVINO is not installed: the execution is not searched (pip install 'mcp-cli[openvino]')")
+        return []
+    rt = load_runtime(vdir)
+    say("profiling the executions this machine has (accuracy against onnxruntime fp32)")
+    p = prof.choose(read_mcpir(vdir / "model.mcpir"),
+                    lambda c: rt.MCPIRModel(vdir / "model.mcpir", **rt.execution(c.runtime, c.precision)).run,
+                    seconds=10.0)
+    kept = [(c.key, _json_mod.dumps(c.budget, sort_keys=True) if c.budget else "") for c in p.candidates
+            if not c.dropped]
+    for c in p.candidates:
+        if c.dropped:
+            notes.append(f"execution {c.key} not tried: {c.dropped}")
+    return kept
+
+
 def _batching(start: Setting, cores: int, load: Load, batchable: bool) -> list[Setting]:
     if start.max_batch_size <= 0:
         if not batchable:
@@ -471,14 +533,16 @@ def label(s: Setting) -> str:
     db = f"b{s.max_batch_size} d{s.max_queue_delay_us}us" if s.dynamic_batching else \
         (f"b{s.max_batch_size} nb" if s.max_batch_size > 0 else "nb")
     pref = f" p{'/'.join(map(str, s.preferred_batch_size))}" if s.preferred_batch_size else ""
-    return f"{db}{pref} i{s.instance_count}t{s.intra_op_threads or 'all'}"
+    ex = "" if s.execution == "onnxruntime/f32" else f" {s.execution.replace('openvino', 'ov')}"
+    return f"{db}{pref} i{s.instance_count}t{s.intra_op_threads or 'all'}{ex}"
 
 
 def describe(s: Setting) -> str:
     db = f"batching delay {s.max_queue_delay_us} us" if s.dynamic_batching else "no batching"
     pref = f" preferred {list(s.preferred_batch_size)}" if s.preferred_batch_size else ""
     thr = f" x {s.intra_op_threads} threads" if s.intra_op_threads else ""
-    return f"{db}, max batch {s.max_batch_size}{pref}, {s.instance_count} instance(s){thr}"
+    ex = "" if s.execution == "onnxruntime/f32" else f", {s.execution}"
+    return f"{db}, max batch {s.max_batch_size}{pref}, {s.instance_count} instance(s){thr}{ex}"
 
 
 def apply(entry: str | os.PathLike, setting: Setting) -> Path:

@@ -40,17 +40,20 @@ def _latest_version(model_dir: Path) -> Path:
 
 def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: int | None = None,
            dims: dict[str, int] | None = None, rtol: float = 1e-3, atol: float = 1e-4,
-           seed: int = 0, inputs: str | os.PathLike | None = None,
+           seed: int | None = None, inputs: str | os.PathLike | None = None,
            budget: dict[str, float] | None = None) -> VerifyReport:
     """Compare the repository entry's outputs with onnxruntime on `input`.
 
     `repository` is DIR/NAME. The inputs are the user's (`inputs`: an .npz or a folder of them)
     or made by mcp_compiler.inputs from the model's contracts (`dims` fixes symbol sizes),
     probed on the original first. A quantized entry (its config's quantization_level) is judged
-    by `budget` (default: its level's, accuracy.DEFAULT_BUDGETS) on 16 samples unless `samples`
-    says otherwise; a float one by rtol/atol on 1.
+    by `budget` (default: the one it was built with, recorded as `mcp_budget`, else its level's,
+    accuracy.DEFAULT_BUDGETS) on 16 samples unless `samples` says otherwise, drawn apart from the
+    samples that chose its layers (accuracy.JUDGE_SEED); an entry served at another precision
+    (OpenVINO bf16) by the budget its choice recorded; a float one by rtol/atol on 1 sample, run
+    with the execution it is served with (onnxruntime or OpenVINO).
     """
-    from mcp_compiler.accuracy import SAMPLES, default_budget
+    from mcp_compiler.accuracy import JUDGE_SEED, SAMPLES, default_budget
     from mcp_compiler.files import check_regular_input
 
     from .entry import read_config
@@ -66,7 +69,11 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
 
         read_mcpir(vdir / "model.mcpir")   # a corrupt or truncated file: InvalidModelError naming it
     level = cfg.parameters["quantization_level"].string_value if "quantization_level" in cfg.parameters else "none"
-    judged = budget or default_budget(level)
+    params = {k: v.string_value for k, v in cfg.parameters.items()}
+    recorded = _recorded_budget(params, model_dir)
+    execution = (params.get("mcp_execution", "onnxruntime"), params.get("mcp_precision", "f32"))
+    judged = budget or recorded or default_budget(level)
+    seed = seed if seed is not None else (JUDGE_SEED if judged else 0)
     report = VerifyReport(str(model_dir), backend, samples or (SAMPLES if judged else 1), dict(dims or {}), rtol, atol)
     report.quantization_level = level
     report.budget = dict(judged)
@@ -74,8 +81,9 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     report.layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
     dequantize = ("ort_dequantize_at_load" in cfg.parameters
                   and cfg.parameters["ort_dequantize_at_load"].string_value.lower() == "true")
-    report = compare_with_original(input, lambda pin=False: _emitted_runner(backend, vdir, pin, dequantize), report, seed=seed,
-                                   inputs=inputs)
+    report.execution = "/".join(execution)
+    report = compare_with_original(input, lambda pin=False: _emitted_runner(backend, vdir, pin, dequantize, execution),
+                                   report, seed=seed, inputs=inputs)
     if "mcp_state" in cfg.parameters:
         _verify_sequence(Path(input), vdir, cfg, report)
     return report
@@ -150,8 +158,23 @@ def _check_same_interface(original: Path, cfg, entry: Path) -> None:  # noqa: AN
                          "(was the entry converted from another model?)")
 
 
+def _recorded_budget(params: dict[str, str], entry: Path) -> dict[str, float]:
+    """The budget the entry was built with (`mcp_budget`: --accuracy-budget, or the one its
+    execution was chosen by), {} when none."""
+    text = params.get("mcp_budget")
+    if not text:
+        return {}
+    try:
+        got = json.loads(text)
+        if not isinstance(got, dict) or not all(isinstance(v, (int, float)) for v in got.values()):
+            raise ValueError
+        return {str(k): float(v) for k, v in got.items()}
+    except ValueError:
+        raise InvalidModelError(entry / "config.pbtxt", f"parameter mcp_budget is not a budget: {text[:80]!r}") from None
+
+
 def _emitted_runner(backend: str, vdir: Path, pin: bool = False,  # noqa: ANN202 - feeds -> outputs
-                    dequantize_at_load: bool = False):
+                    dequantize_at_load: bool = False, execution: tuple[str, str] = ("onnxruntime", "f32")):
     """The entry's model as its serving runtime runs it; with `pin`, its random nodes seeded as the
     original's are (mcp_compiler.noise: the check only), through the same lowering in-process."""
     if pin and backend == "python":
@@ -169,9 +192,14 @@ def _emitted_runner(backend: str, vdir: Path, pin: bool = False,  # noqa: ANN202
         sess = pinned_onnx_session(vdir / "model.onnx", session_options())[0]
         if sess is not None:
             return lambda feeds: sess.run(None, feeds)
-    if backend == "python":   # as the server runs it: its weights dequantized at load where the entry says so
-        emitted = load_runtime(vdir).MCPIRModel(vdir / "model.mcpir", options=session_options(), prepack=False,
-                                                dequantize_at_load=dequantize_at_load)
+    if backend == "python":   # as the server runs it: its execution, weights dequantized at load where it says so
+        rt = load_runtime(vdir)
+        try:
+            how = rt.execution(*execution)
+        except rt.MCPIRError as e:
+            raise InvalidModelError(vdir.parent / "config.pbtxt", str(e)) from None
+        emitted = rt.MCPIRModel(vdir / "model.mcpir", options=session_options(), prepack=False,
+                                dequantize_at_load=dequantize_at_load, **how)
         return emitted.run
     import onnxruntime as ort
 

@@ -47,6 +47,14 @@ MODELS = list(_models())
 # tritonserver has only the python backend (the onnxruntime-backend files are checked by
 # tests/test_triton_target.py::test_quantized_repository with onnxruntime itself).
 QUANTIZED = [("q_int4", "int4", "python"), ("q_fp8", "fp8", "python")]
+# entries the python runtime runs on OpenVINO (when it is installed: the `openvino` extra)
+OPENVINO = [("ov_f32", "f32"), ("ov_bf16", "bf16")]
+try:
+    import openvino  # noqa: F401
+
+    HAVE_OPENVINO = True
+except ImportError:
+    HAVE_OPENVINO = False
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +71,10 @@ def server(tmp_path_factory):
     for name, level, backend in QUANTIZED:
         compile_model(mlp, repo, CompileOptions.for_target("triton-v1.12", name, backend=backend,
                                                            quantize=QuantizeOptions(mode=level)))
+    if HAVE_OPENVINO:
+        for name, precision in OPENVINO:
+            compile_model(GOLDEN / "convnet" / "model.onnx", repo, CompileOptions.for_target(
+                "triton-v1.12", name, settings={"runtime": "openvino", "precision": precision}))
     s = TritonServer(repo)
     s.mlp = mlp
     s.start()
@@ -142,6 +154,30 @@ def test_served_quantized_models(server, name, level, backend):
     want = ort_run(server.mlp, {"x": x})[0]
     cos = float(np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want))
     assert cos > 0.99 and not np.allclose(got, want, rtol=0, atol=1e-9)   # quantized, yet close
+
+
+@pytest.mark.skipif(not HAVE_OPENVINO, reason="openvino not installed (pip install -e '.[openvino]')")
+@pytest.mark.parametrize("name,precision", OPENVINO)
+def test_served_openvino_entry_equals_in_process_openvino(server, name, precision):
+    """The server adds nothing: what Triton returns is what the runtime's OpenVINO execution
+    gives in this process, at the entry's precision; and it is onnxruntime's result within that
+    precision's budget."""
+    import tritonclient.grpc as tg
+
+    from mcp_compiler.targets.triton.verify import load_runtime
+
+    vdir = server.repository / name / "1"
+    cfg = (vdir.parent / "config.pbtxt").read_text()
+    assert '"mcp_execution"' in cfg and f'string_value: "{precision}"' in cfg
+    x = np.random.default_rng(3).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    got = _infer(tg, server.grpc_url, name, {"x": x}, ["logits"])[0]
+    rt = load_runtime(vdir)
+    local = rt.MCPIRModel(vdir / "model.mcpir", **rt.execution("openvino", precision)).run({"x": x})[0]
+    np.testing.assert_allclose(got, local, rtol=1e-6, atol=1e-6)
+    want = ort_run(GOLDEN / "convnet" / "model.onnx", {"x": x})[0]
+    cos = float(np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want))
+    assert cos > 0.999
+    assert (vdir / "ov_cache").is_dir() and any((vdir / "ov_cache").iterdir())   # compiled once, kept
 
 
 def test_concurrent_requests_are_batched_correctly(server):

@@ -1,0 +1,241 @@
+"""The runtime profile (mcp_compiler.profile): candidates from what a machine has, the choice from
+paired, interleaved runs and budgets judged on samples the choice never saw. The machine and the
+clock are fakes here: the choice is tested on what it is given, never on this machine's timing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _helpers import GOLDEN
+
+from mcp_compiler import profile as P
+from mcp_compiler.errors import UsageError
+from mcp_compiler.frontend import load_onnx
+
+AMX = P.Machine(cpu="fake Xeon", isa=["avx2", "avx512", "vnni", "avx512_bf16", "amx_bf16"], cores=2,
+                ort_providers=["CPUExecutionProvider"], openvino="2026.4.1")
+NO_BF16 = P.Machine(cpu="fake", isa=["avx2", "avx512"], cores=2, ort_providers=["CPUExecutionProvider"],
+                    openvino="2026.4.1")
+
+
+def keys(cands) -> list[str]:
+    return [c.key for c in cands]
+
+
+def test_candidates_follow_the_machine():
+    assert keys(P.candidates(AMX)) == ["onnxruntime/f32", "openvino/f32", "openvino/bf16"]
+    assert keys(P.candidates(NO_BF16)) == ["onnxruntime/f32", "openvino/f32"]   # no native bf16: no candidate
+    no_ov = P.Machine(isa=AMX.isa, ort_providers=["CPUExecutionProvider"])
+    assert keys(P.candidates(no_ov)) == ["onnxruntime/f32"]
+    with pytest.raises(UsageError, match="OpenVINO is not installed"):
+        P.candidates(no_ov, "openvino")
+    assert keys(P.candidates(NO_BF16, precision="bf16")) == ["onnxruntime/f32", "openvino/bf16"]   # asked for
+    gpu = P.Machine(isa=["avx2"], ort_providers=["TensorrtExecutionProvider", "CUDAExecutionProvider",
+                                                 "CPUExecutionProvider"], gpus=["NVIDIA H100"])
+    assert keys(P.candidates(gpu)) == ["onnxruntime/f32", "onnxruntime-cuda/f32", "onnxruntime-tensorrt/f32",
+                                       "onnxruntime-tensorrt/f16"]
+    with pytest.raises(UsageError, match="bf16 runs on OpenVINO"):
+        P.candidates(AMX, "onnxruntime", "bf16")
+
+
+def test_every_candidate_maps_to_what_the_runtime_runs(tmp_path):
+    from mcp_compiler import CompileOptions, compile_model
+    from mcp_compiler.targets.triton.verify import load_runtime
+
+    compile_model(GOLDEN / "mlp" / "model.onnx", tmp_path, CompileOptions.for_target("triton-v1.12", "m"))
+    rt = load_runtime(tmp_path / "m" / "1")
+    gpu = P.Machine(isa=AMX.isa, ort_providers=["TensorrtExecutionProvider", "CUDAExecutionProvider"],
+                    gpus=["g"], openvino="x")
+    for c in P.candidates(gpu):
+        how = rt.execution(c.runtime, c.precision)   # an unknown one raises
+        assert how.get("engine", "onnxruntime") in ("onnxruntime", "openvino"), c.key
+    assert rt.execution("onnxruntime-tensorrt", "f16")["providers"][0] == ("TensorrtExecutionProvider",
+                                                                           {"trt_fp16_enable": "True"})
+    with pytest.raises(rt.MCPIRError, match="unknown execution"):
+        rt.execution("openvino", "int3")
+
+
+class Clock:
+    """A fake clock each fake run advances by its candidate's cost."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_onnx(GOLDEN / "convnet" / "model.onnx").model
+
+
+def _loader(clock: Clock, costs: dict[str, float], scale: dict[str, float] | None = None, fail: set | None = None,
+            seen: dict | None = None):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(GOLDEN / "convnet" / "model.onnx"), providers=["CPUExecutionProvider"])
+
+    def load(c):
+        if c.key in (fail or set()):
+            raise RuntimeError("Conversion is failed for: Concat-17")
+
+        def run(feeds):
+            clock.t += costs[c.key]
+            if seen is not None:
+                seen.setdefault(c.key, []).append(feeds["x"].tobytes())
+            out = sess.run(None, feeds)
+            return [o * (scale or {}).get(c.key, 1.0) for o in out]
+        return run
+    return load
+
+
+def test_a_faster_candidate_within_budget_wins(model):
+    clock = Clock()
+    costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.006, "openvino/bf16": 0.003}
+    p = P.choose(model, _loader(clock, costs), m=AMX, clock=clock, seconds=1.0)
+    assert p.chosen.key == "openvino/bf16" and p.chosen.ratio == pytest.approx(0.3)
+    assert p.chosen.judged is not None and p.judge_samples == P.JUDGE_SAMPLES and p.rounds >= P.MIN_ROUNDS
+    d = p.to_dict()
+    assert d["chosen"] == "openvino/bf16" and d["machine"]["isa"] == AMX.isa
+
+
+def test_ties_keep_onnxruntime(model):
+    clock = Clock()
+    costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.010, "openvino/bf16": 0.0101}
+    p = P.choose(model, _loader(clock, costs), m=AMX, clock=clock, seconds=1.0)
+    assert p.chosen.key == "onnxruntime/f32" and any("onnxruntime kept" in n for n in p.notes)
+
+
+def test_a_candidate_that_does_not_compile_or_misses_its_budget_is_dropped(model):
+    clock = Clock()
+    costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.002, "openvino/bf16": 0.001}
+    p = P.choose(model, _loader(clock, costs, scale={"openvino/bf16": 1.2}, fail={"openvino/f32"}),
+                 m=AMX, clock=clock, seconds=1.0)
+    by = {c.key: c for c in p.candidates}
+    assert "does not load: Conversion is failed for: Concat-17" in by["openvino/f32"].dropped
+    assert "outside its budget" in by["openvino/bf16"].dropped   # 20% off in size: rel 0.2 > 0.05
+    assert p.chosen.key == "onnxruntime/f32"
+
+
+def test_the_winner_is_judged_on_samples_the_choice_never_saw(model):
+    clock = Clock()
+    costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.005, "openvino/bf16": 0.010}
+    seen: dict = {}
+    p = P.choose(model, _loader(clock, costs, seen=seen), m=AMX, clock=clock, seconds=1.0)
+    assert p.chosen.key == "openvino/f32"
+    base = seen["onnxruntime/f32"]
+    select, judge = set(base[:P.SELECT_SAMPLES]), set(seen["openvino/f32"][-P.JUDGE_SAMPLES:])
+    assert len(judge) == P.JUDGE_SAMPLES and not select & judge
+
+
+def test_a_winner_outside_its_budget_on_the_judging_samples_falls_back(model, monkeypatch):
+    clock = Clock()
+    costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.004, "openvino/bf16": 0.010}
+    chose: set = set()
+    base = _loader(clock, costs)
+
+    def load(c):
+        run = base(c)
+        if c.key != "openvino/f32":
+            return run
+
+        def drifting(feeds):   # right on the samples that chose (the first ones it sees), wrong on others
+            key = feeds["x"].tobytes()
+            if len(chose) < P.SELECT_SAMPLES:
+                chose.add(key)
+            out = run(feeds)
+            return out if key in chose else [o + 1.0 for o in out]
+        return drifting
+    p = P.choose(model, load, m=AMX, clock=clock, seconds=1.0)
+    by = {c.key: c for c in p.candidates}
+    assert p.chosen.key == "onnxruntime/f32" and "judging samples" in by["openvino/f32"].dropped
+
+
+def test_forced_runtime_picks_among_its_own(model):
+    clock = Clock()
+    costs = {"onnxruntime/f32": 0.001, "openvino/f32": 0.006, "openvino/bf16": 0.004}
+    p = P.choose(model, _loader(clock, costs), runtime="openvino", m=AMX, clock=clock, seconds=1.0)
+    assert p.chosen.key == "openvino/bf16"   # slower than onnxruntime, but openvino was asked for
+
+
+def test_this_machine_is_read():
+    m = P.machine()
+    assert m.cores >= 1 and "CPUExecutionProvider" in m.ort_providers
+    assert m.native_bf16 == ("amx_bf16" in m.isa or "avx512_bf16" in m.isa)
+    assert isinstance(np.float32(1), np.floating)
+
+
+# -- the entries ---------------------------------------------------------------------------------
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "mcp_compiler.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_backend_openvino_writes_an_entry_for_tritons_openvino_backend(tmp_path):
+    r = _cli("convert", str(GOLDEN / "convnet" / "model.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path),
+             "--backend", "openvino", "--precision", "bf16")
+    assert r.returncode == 0, r.stderr
+    cfg = (tmp_path / "model" / "config.pbtxt").read_text()
+    assert 'backend: "openvino"' in cfg and 'default_model_filename: "model.onnx"' in cfg
+    assert '"PERFORMANCE_HINT"' in cfg and '"HINT_BF16"' in cfg and (tmp_path / "model" / "1" / "model.onnx").is_file()
+    bad = _cli("convert", str(GOLDEN / "convnet" / "model.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path / "b"),
+               "--runtime", "fast")
+    assert bad.returncode == 2 and "--runtime must be auto, onnxruntime or openvino" in bad.stderr, bad.stderr
+
+
+def test_an_openvino_entry_records_its_execution_and_budget_and_verify_uses_them(tmp_path):
+    pytest.importorskip("openvino", reason="openvino not installed (pip install -e '.[openvino]')")
+    import json
+
+    r = _cli("convert", str(GOLDEN / "convnet" / "model.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path),
+             "--runtime", "openvino", "--precision", "bf16", "--verify", "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)["verification"]
+    assert v["execution"] == "openvino/bf16" and v["budget"] == P.PRECISION_BUDGET and v["samples"] == 16
+    cfg = (tmp_path / "model" / "config.pbtxt").read_text()
+    assert '"mcp_execution"' in cfg and '"mcp_budget"' in cfg
+    again = _cli("verify", str(GOLDEN / "convnet" / "model.onnx"), str(tmp_path / "model"), "--json")
+    got = json.loads(again.stdout)
+    assert again.returncode == 0 and got["execution"] == "openvino/bf16" and got["budget"] == P.PRECISION_BUDGET
+
+
+def test_runtime_auto_reports_its_profile(tmp_path):
+    pytest.importorskip("openvino", reason="openvino not installed (pip install -e '.[openvino]')")
+    import json
+
+    r = _cli("convert", str(GOLDEN / "convnet" / "model.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path),
+             "--runtime", "auto", "--profile-seconds", "2", "--verify", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    prof = out["runtime_profile"]
+    assert prof["candidates"][0]["runtime"] == "onnxruntime" and len(prof["candidates"]) >= 2
+    assert sum(c["chosen"] for c in prof["candidates"]) == 1 and prof["judge_samples"] == P.JUDGE_SAMPLES
+    cfg = (tmp_path / "model" / "config.pbtxt").read_text()
+    assert ('"mcp_execution"' in cfg) == (prof["chosen"] != "onnxruntime/f32")
+    assert out["verification"]["ok"] and out["verification"]["execution"] == prof["chosen"]
+
+
+def test_tune_settings_carry_the_execution_into_the_config():
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from mcp_compiler.targets.triton.tune import Setting, describe, label
+
+    base = mc.ModelConfig(name="m", max_batch_size=8)
+    base.parameters["mcp_runtime"].string_value = "model.mcpir"
+    s = Setting.of(base)
+    assert s.execution == "onnxruntime/f32"
+    ov = Setting(False, 8, execution="openvino/bf16", budget='{"cos": 0.999, "rel": 0.05}')
+    cfg = ov.config(base)
+    assert cfg.parameters["mcp_execution"].string_value == "openvino"
+    assert cfg.parameters["mcp_precision"].string_value == "bf16" and "mcp_budget" in cfg.parameters
+    assert Setting.of(cfg).execution == "openvino/bf16" and "openvino/bf16" in describe(ov) and "ov/bf16" in label(ov)
+    back = Setting(False, 8).config(cfg)   # back to onnxruntime: the execution's parameters go
+    assert "mcp_execution" not in back.parameters and "mcp_precision" not in back.parameters
+    bad = mc.ModelConfig(name="m")
+    bad.parameters["intra_op_threads"].string_value = "abc"
+    with pytest.raises(UsageError, match="intra_op_threads must be a whole number"):
+        Setting.of(bad)
