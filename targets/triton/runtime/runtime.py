@@ -266,11 +266,13 @@ class _Lowering:
 
     def model(self, r: fb.Model) -> bytes:
         self.symbols = [r.Symbols(j).Name() for j in range(r.SymbolsLength())]
+        # fields in their numbers' order, as protobuf writes them (OpenVINO's ONNX reader refused
+        # some models whose opset_import, field 8, came before the graph)
         parts = [_int(1, r.IrVersion())]
-        parts += [_len(8, self.opset(r.OpsetImports(j))) for j in range(r.OpsetImportsLength())]
         parts += [_str(2, r.ProducerName()), _str(3, r.ProducerVersion()), _str(4, r.Domain()),
                   _int(5, r.ModelVersion()) if r.ModelVersion() else b"", _str(6, r.DocString()),
                   _len(7, self.graph(r.Graph(), top=True))]
+        parts += [_len(8, self.opset(r.OpsetImports(j))) for j in range(r.OpsetImportsLength())]
         parts += self.props(14, r)
         parts += [_len(25, self.function(r.Functions(j))) for j in range(r.FunctionsLength())]
         return b"".join(parts)
