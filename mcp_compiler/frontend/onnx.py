@@ -74,7 +74,22 @@ def load_onnx(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
         if o.domain in ("", "ai.onnx") and not 1 <= o.version <= newest:
             raise InvalidModelError(path, f"imports ai.onnx opset {o.version}, which does not exist "
                                           f"(this onnx knows 1..{newest})")
-    sort_nodes(proto.graph, path)
+    try:
+        return _load(path, proto, check, infer_shapes, beside)
+    except InvalidModelError as e:
+        # nodes listed out of order (onnxruntime runs such graphs): sorted, then loaded again. The
+        # check costs nothing on a graph in order (the checker and the importer find it), where a
+        # look at every node first was a tenth of the conversion at 50k nodes.
+        if not _out_of_order(str(e)) or not sort_nodes(proto.graph, path):
+            raise
+    return _load(path, proto, check, infer_shapes, beside)
+
+
+def _out_of_order(message: str) -> bool:
+    return "topologically sorted" in message or "uses undefined value" in message
+
+
+def _load(path: Path, proto: onnx.ModelProto, check: bool, infer_shapes: bool, beside: bool | None) -> LoadedModel:
     ext = _ExternalData(path.parent)
     for t in _all_tensor_protos(proto):
         if t.data_location == onnx.TensorProto.EXTERNAL:
