@@ -145,3 +145,76 @@ def test_a_killed_writes_temp_is_removed_by_the_next_write(tmp_path, suffix):
     r = _cli("convert", str(MLP), "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert out.exists() and not stale.exists() and live.exists()
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["bench", "x/y", "--seconds", "inf"], "--seconds"),
+    (["bench", "x/y", "--window-s", "nan"], "--window-s"),
+    (["tune", "x/y", "--slo-p99-ms", "5", "--budget-s", "inf"], "--budget-s"),
+    (["tune", "x/y", "--slo-p99-ms", "nan"], "--slo-p99-ms"),
+    (["bench", "x/y", "--cold-runs", "\u0663"], "--cold-runs"),            # '٣': an Arabic-Indic 3
+    (["convert", str(MLP), "--opset", "\u0661\u0667"], "--opset"),
+])
+def test_numbers_are_finite_and_ascii_on_every_flag(args, flag):
+    r = _cli(*args)
+    _one_error(r, 2, flag)
+
+
+def test_comma_separated_numbers_are_ascii_too(entry):
+    r = _cli("bench", str(entry), "-c", "\u0663")
+    _one_error(r, 2, "-c")
+
+
+@pytest.mark.parametrize("url, expect", [
+    ("file:///etc/passwd", "scheme 'file'"),
+    ("javascript:alert(1)", "expected http://HOST:PORT"),
+    ("http://user:hunter2@127.0.0.1:8002", "credentials"),
+    ("http://127.0.0.1:80\n02", "no spaces or newlines"),
+    ("http://[::1", "expected http://HOST:PORT"),
+])
+def test_metrics_url_is_checked_before_the_server_and_never_echoes_credentials(url, expect):
+    r = _cli("status", "--url", f"grpc://127.0.0.1:{_closed_port()}", "--metrics", "--metrics-url", url)
+    _one_error(r, 2, "--metrics-url", expect)
+    assert "hunter2" not in r.stderr
+
+
+@pytest.mark.parametrize("spec", ["otlp=http://[::1", "otlp=http://127.0.0.1:43\n18", "otlp=http://u:p@127.0.0.1:4318",
+                                  "otlp=ftp://127.0.0.1:4318"])
+def test_serve_refuses_a_malformed_collector_before_starting(tmp_path, spec):
+    r = _cli("serve", str(tmp_path), "--trace", spec)
+    _one_error(r, 2, "--trace otlp=")
+
+
+def test_serve_keeps_an_existing_trace_file_without_force(tmp_path):
+    old = tmp_path / "trace.json"
+    old.write_text("keep")
+    r = _cli("serve", str(tmp_path), "--trace", f"file={old}")
+    _one_error(r, 2, "exists", "--force")
+    assert old.read_text() == "keep"
+
+
+def test_nan_and_huge_metric_values_are_no_counts():
+    from mcp_compiler.targets.triton import metrics
+
+    body = ('nv_inference_request_success{model="m",version="1"} NaN\n'
+            'nv_inference_request_failure{model="m",version="1"} 1e400\n'
+            'nv_inference_count{model="m",version="1"} 7\n')
+    import http.server
+    import threading
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        got = metrics.scrape(f"http://127.0.0.1:{srv.server_address[1]}")
+    finally:
+        srv.shutdown()
+    assert [(n, v) for n, _, v in got] == [("nv_inference_count", 7.0)]

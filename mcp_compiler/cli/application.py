@@ -27,6 +27,40 @@ def _exceptions():  # noqa: ANN202 - click's exceptions module
     return cx
 
 
+def _strict_numbers() -> None:
+    """Numbers on the command line as users type them: ASCII digits only (Python's int() and
+    float() take Arabic-Indic and other digits, so `--runs ٣` was 3 on some flags and refused on
+    others), and a float flag is finite (`--seconds inf` measured forever, `--budget-s nan` never
+    ended). One rule for every int and float option, at click's conversion."""
+    import math
+
+    modules = []
+    for name in ("typer._click.types", "click.types"):
+        try:
+            modules.append(__import__(name, fromlist=["x"]))
+        except ImportError:
+            continue
+    for types in modules:
+        base = types._NumberParamTypeBase
+        if getattr(base, "_mcp_strict", False):
+            continue
+        convert = base.convert
+
+        def strict(self, value, param, ctx, _convert=convert):  # noqa: ANN001, ANN202
+            if isinstance(value, str) and not value.strip().isascii():
+                self.fail(f"{value!r} is not a number written in ASCII digits", param, ctx)
+            got = _convert(self, value, param, ctx)
+            if isinstance(got, float) and not math.isfinite(got):
+                self.fail(f"{value!r} is not a finite number", param, ctx)
+            return got
+
+        base.convert = strict
+        base._mcp_strict = True
+
+
+_strict_numbers()
+
+
 class _Group(TyperGroup):
     """Usage errors (unknown flag, bad value) are one line on stderr and exit 2, and with
     --json also the error envelope on stdout; not click's boxed message."""

@@ -58,6 +58,8 @@ def serve(
                                    help="Trace one request in N."),
     trace_level: str = typer.Option("TIMESTAMPS", "--trace-level", metavar="TIMESTAMPS|TENSORS",
                                     rich_help_panel="Tracing", help="What Triton records in its spans."),
+    force: bool = typer.Option(False, "--force", rich_help_panel="Tracing",
+                               help="Replace an existing --trace file=PATH."),
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
     """Start a local Triton Inference Server on 127.0.0.1 for REPOSITORY (Ctrl-C stops it, exit 0).
@@ -88,7 +90,7 @@ def serve(
         # SIGINT too, explicitly: a job a script started with `&` inherits SIGINT ignored.
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        traced = Trace.parse(trace, trace_rate, trace_level) if trace is not None else None
+        traced = Trace.parse(trace, trace_rate, trace_level, force=force) if trace is not None else None
         if traced is None and (trace_rate != 1 or trace_level.upper() != "TIMESTAMPS"):
             raise UsageError("--trace-rate and --trace-level go with --trace")
         if traced is not None:
@@ -564,6 +566,10 @@ def server_status(
 
         if metrics_url is not None and not metrics:
             raise UsageError("--metrics-url goes with --metrics")
+        if metrics_url is not None:
+            from .metrics import metrics_url as checked_url
+
+            checked_url(metrics_url)   # before the server is asked anything
         c = conn.connection()
         rows = run_status(c)
         if metrics:
@@ -619,7 +625,7 @@ def _numbers(text: str | None, flag: str, kind: type) -> list:
     out = []
     for piece in text.split(","):
         try:
-            v = kind(piece.strip())
+            v = kind(piece.strip()) if piece.strip().isascii() else None   # int() takes '٣' as 3
         except ValueError:
             v = None
         if v is None or v <= 0 or (kind is float and v != v) or v > 1e6:
@@ -736,6 +742,10 @@ def bench(
 
         from .bench import bench as run_bench
 
+        if metrics_url is not None:
+            from .metrics import metrics_url as checked_url
+
+            checked_url(metrics_url)
         if cold_start:
             ignored = [f for f, v in (("--concurrency", concurrency), ("--rate", rate), ("--csv", csv_path),
                                       ("--seconds", seconds), ("--slo-p99-ms", slo_p99_ms),

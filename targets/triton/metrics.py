@@ -3,7 +3,9 @@ own per-model counters and the mcp-cli runtime's custom metrics (runtime/model.p
 
 from __future__ import annotations
 
+import math
 import re
+import urllib.error
 import urllib.request
 from collections import defaultdict
 
@@ -20,9 +22,32 @@ TRITON = {"nv_inference_request_success": "success", "nv_inference_request_failu
 
 
 def metrics_url(url: str) -> str:
-    """http://HOST:PORT/metrics from HOST:PORT, http://HOST:PORT or the full URL."""
-    url = url if "://" in url else f"http://{url}"
-    return url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
+    """http://HOST:PORT/metrics from HOST:PORT, http://HOST:PORT or the full URL. Only http(s)
+    with a host, no credentials and no control characters: anything else (`file:///etc/passwd`,
+    `javascript:`, a newline) is one usage line that does not echo what was given after a scheme's
+    credentials."""
+    from urllib.parse import urlsplit
+
+    from mcp_compiler.errors import UsageError
+
+    text = url.strip()
+    if not text or any(ord(c) < 32 or ord(c) == 127 for c in text) or not text.isascii():
+        raise UsageError("--metrics-url: expected http://HOST:PORT (printable ASCII, no spaces or newlines)")
+    text = text if "://" in text else f"http://{text}"
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        raise UsageError("--metrics-url: expected http://HOST:PORT, e.g. http://127.0.0.1:8002") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--metrics-url: expected an http:// or https:// URL with a host, got scheme "
+                         f"{parts.scheme!r}" if parts.scheme not in ("http", "https") else
+                         "--metrics-url: expected http://HOST:PORT (no host given)")
+    if parts.username or parts.password:
+        raise UsageError("--metrics-url: credentials in the URL are not accepted (Triton's metrics port has no "
+                         "authentication of its own)")
+    del port
+    return text if text.rstrip("/").endswith("/metrics") else text.rstrip("/") + "/metrics"
 
 
 def scrape(url: str, timeout: float = 10.0) -> list[tuple[str, dict[str, str], float]]:
@@ -30,6 +55,9 @@ def scrape(url: str, timeout: float = 10.0) -> list[tuple[str, dict[str, str], f
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             body = r.read(64 << 20).decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        raise ServerUnreachableError(f"Triton's metrics at {url} answered HTTP {e.code}: not its metrics port? "
+                                     "(--metrics-url http://HOST:8002, as `serve` prints it)") from None
     except (OSError, ValueError) as e:
         raise ServerUnreachableError(f"cannot read Triton's metrics at {url}: {e} (its metrics port: "
                                      "--metrics-url http://HOST:8002, as `serve` prints it)") from None
@@ -38,9 +66,11 @@ def scrape(url: str, timeout: float = 10.0) -> list[tuple[str, dict[str, str], f
         m = _LINE.match(line)
         if m and not line.startswith("#"):
             try:
-                out.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))))
+                value = float(m.group(3))
             except ValueError:
                 continue
+            if math.isfinite(value):   # a NaN or 1e400 counter is no count: left out
+                out.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), value))
     return out
 
 

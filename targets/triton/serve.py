@@ -88,6 +88,30 @@ def _die_with_parent() -> None:
 TRACE_LEVELS = ("TIMESTAMPS", "TENSORS")
 
 
+def _collector_url(value: str) -> str:
+    """An OTLP/HTTP collector's URL, checked whole before the server starts (a malformed one
+    killed the relay's forwarding thread later): http(s), a host, a port that parses, printable
+    ASCII, no credentials; /v1/traces added when no path is given."""
+    from urllib.parse import urlsplit
+
+    bad = f"--trace otlp={value!r}: expected an OTLP/HTTP collector, http://HOST:PORT[/v1/traces]"
+    url = value.strip()
+    if not url.isascii() or any(ord(c) < 33 or ord(c) == 127 for c in url):
+        raise UsageError(bad)
+    if "://" not in url:
+        url = "http://" + url
+    try:
+        parts = urlsplit(url)
+        parts.port   # noqa: B018 - raises on a port that is no number
+    except ValueError:
+        raise UsageError(bad) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+        raise UsageError(bad)
+    if not parts.path or parts.path == "/":
+        url = url.rstrip("/") + "/v1/traces"
+    return url
+
+
 @dataclass
 class Trace:
     """`serve --trace`: where spans go (an OTLP/HTTP collector, or a file), how often Triton
@@ -99,7 +123,7 @@ class Trace:
     level: str = "TIMESTAMPS"
 
     @classmethod
-    def parse(cls, spec: str, rate: int = 1, level: str = "TIMESTAMPS") -> Trace:
+    def parse(cls, spec: str, rate: int = 1, level: str = "TIMESTAMPS", force: bool = False) -> Trace:
         kind, sep, value = spec.partition("=")
         if not sep or not value.strip() or kind not in ("otlp", "file"):
             raise UsageError(f"--trace {spec!r}: expected otlp=http://HOST:PORT[/v1/traces] or file=PATH")
@@ -111,17 +135,9 @@ class Trace:
             from mcp_compiler.files import check_output
 
             path = Path(value)
-            check_output(path, "--trace file=", force=True)
+            check_output(path, "--trace file=", force=force)   # an existing trace is kept unless --force
             return cls(file=path, rate=rate, level=level.upper())
-        url = value.strip()
-        if "://" not in url:
-            url = "http://" + url
-        scheme, _, rest = url.partition("://")
-        if scheme not in ("http", "https") or not rest.split("/", 1)[0]:
-            raise UsageError(f"--trace otlp={value}: expected an OTLP/HTTP collector, http://HOST:PORT[/v1/traces]")
-        if "/" not in rest:
-            url = url.rstrip("/") + "/v1/traces"
-        return cls(otlp=url, rate=rate, level=level.upper())
+        return cls(otlp=_collector_url(value), rate=rate, level=level.upper())
 
     def args(self, via: str | None = None) -> list[str]:
         """Triton's own trace settings: OpenTelemetry mode to the collector (or to `via`, the local
