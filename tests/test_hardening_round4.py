@@ -218,3 +218,34 @@ def test_nan_and_huge_metric_values_are_no_counts():
     finally:
         srv.shutdown()
     assert [(n, v) for n, _, v in got] == [("nv_inference_count", 7.0)]
+
+
+def test_bench_that_completed_nothing_is_a_failure_not_zero_req_s(monkeypatch, entry):
+    """A model whose request outlasts the windows: 0 requests, 0 errors was exit 0 with 0.0 req/s."""
+    from typer.testing import CliRunner
+
+    from mcp_compiler.cli import app
+    from mcp_compiler.targets.triton import bench
+    from mcp_compiler.targets.triton.loadgen import Point
+
+    empty = Point("c1", 1, None, 1, 0, 34.0, 0.0, 0.0, None, None, None, None, 0, 0, None, None, None, None,
+                  0.01, 3, None)
+    monkeypatch.setattr(bench, "bench", lambda *a, **k: bench.BenchReport("m", "grpc://127.0.0.1:1", 1, [empty], []))
+    r = CliRunner().invoke(app, ["bench", "m", "--url", "grpc://127.0.0.1:1", "-c", "1"])
+    assert r.exit_code == 1 and "completed no request" in r.output, r.output
+
+
+def test_tune_names_the_closest_trial_when_none_met_the_slo():
+    from types import SimpleNamespace as NS
+
+    from mcp_compiler.targets.triton.commands import _closest
+    from mcp_compiler.targets.triton.tune import Setting
+
+    def trial(p99, rps, **kw):
+        return NS(setting=Setting(**{"dynamic_batching": False, "max_batch_size": 0, **kw}),
+                  point=NS(p99_ms=p99, throughput=rps))
+
+    r = NS(baseline=trial(40.0, 10.0), trials=[trial(12.0, 26.0, instance_count=2), trial(30.0, 5.0)])
+    text = _closest(r)
+    assert text.startswith("no trial met the SLO; the closest was") and "p99 12.0 ms, 26.0 req/s" in text
+    assert "2 instance(s)" in text

@@ -784,6 +784,14 @@ def bench(
             sample = next((p.error_sample for p in r.points if p.error_sample), None)
             raise BenchFailedError(f"every request failed at every load point ({sum(p.errors for p in r.points)} "
                                    f"errors){f': {sample}' if sample else ''}")
+        empty = [p for p in r.points if p.requests == 0 and p.errors == 0]
+        if empty:   # nothing completed and nothing failed: a request outlasts the windows
+            from .bench import BenchFailedError
+
+            p = empty[0]
+            raise BenchFailedError(f"load point {p.load} completed no request in {p.seconds:.1f} s (none failed "
+                                   "either: one request takes longer than the measurement); give --seconds or "
+                                   "--window-s longer than a request takes")
 
     run(rep, debug, body)
 
@@ -947,10 +955,23 @@ def _tuned(rep, r, apply_best: bool) -> None:  # noqa: ANN001 - tune.TuneReport
     if r.applied:
         rep.out.print(f"  applied to {r.applied}", markup=False)
     elif apply_best:
-        why = ("the baseline is the best" if best is None or c is None and best.setting == b.setting
+        why = (_closest(r) if best is None
+               else "the baseline is the best" if c is None and best.setting == b.setting
                else "no configuration beat the baseline beyond noise" if c is not None
                else "the best was not confirmed")
         rep.out.print(f"  {why}: config.pbtxt left as it is", markup=False)
+
+
+def _closest(r) -> str:  # noqa: ANN001 - tune.TuneReport
+    """No trial met the SLO: which came closest (the lowest p99), and what it gave."""
+    from .tune import describe as _short
+
+    measured = [t for t in [r.baseline, *r.trials] if t.point is not None and t.point.p99_ms is not None]
+    if not measured:
+        return "no trial met the SLO (every trial failed)"
+    t = min(measured, key=lambda x: x.point.p99_ms)
+    return (f"no trial met the SLO; the closest was {_short(t.setting)}: p99 {t.point.p99_ms} ms, "
+            f"{t.point.throughput:.1f} req/s")
 
 
 COMMANDS = [serve, verify, deploy, server_status, undeploy, bench, tune]

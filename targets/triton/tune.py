@@ -426,7 +426,9 @@ def _executions(entry: Path, s: Served, notes: list[str], say: Callable[[str], N
 
     from .verify import load_runtime
 
-    vdir = max(p for p in entry.iterdir() if p.name.isascii() and p.name.isdigit() and p.is_dir())
+    from .entry import version_dirs
+
+    vdir = version_dirs(entry)[-1][1]   # the newest, by number
     if prof.openvino_version() is None:
         notes.append("OpenVINO is not installed: the execution is not searched (pip install 'mcp-cli[openvino]')")
         return []
