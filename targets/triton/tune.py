@@ -424,9 +424,8 @@ def _executions(entry: Path, s: Served, notes: list[str], say: Callable[[str], N
     from mcp_compiler import profile as prof
     from mcp_compiler.mcpir import read_mcpir
 
-    from .verify import load_runtime
-
     from .entry import version_dirs
+    from .verify import load_runtime
 
     vdir = version_dirs(entry)[-1][1]   # the newest, by number
     if prof.openvino_version() is None:
