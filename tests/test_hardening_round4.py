@@ -249,3 +249,28 @@ def test_tune_names_the_closest_trial_when_none_met_the_slo():
     text = _closest(r)
     assert text.startswith("no trial met the SLO; the closest was") and "p99 12.0 ms, 26.0 req/s" in text
     assert "2 instance(s)" in text
+
+
+def test_a_state_folder_that_cannot_be_made_is_refused_before_the_server(entry, tmp_path):
+    blocker = tmp_path / "state-is-a-file"
+    blocker.write_text("x")
+    env = dict(os.environ, MCP_STATE_DIR=str(blocker / "sub"))
+    r = _cli("deploy", str(entry), "--url", f"grpc://127.0.0.1:{_closed_port()}", env=env)
+    _one_error(r, 2, "state folder", "not a folder")
+    assert blocker.read_text() == "x"
+
+
+@pytest.mark.slow
+def test_serve_that_exits_1_on_a_broken_model_leaves_no_temp_folder(entry, tmp_path):
+    pytest.importorskip("pytriton", reason="nvidia-pytriton not installed: no tritonserver")
+    from _helpers import raising_copy
+
+    repo = tmp_path / "repo"
+    raising_copy(entry, repo / "broken", "initialize", "no weights here")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmpdir))
+    r = subprocess.run([*CLI, "serve", str(repo), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 1 and "failed to load" in r.stderr, r.stderr
+    assert not list(tmpdir.glob("mcp-triton-*")), list(tmpdir.iterdir())

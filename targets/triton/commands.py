@@ -100,10 +100,11 @@ def serve(
         server = TritonServer(repository, mode=mode, load_all=load_all, http_port=ports["http"],
                               grpc_port=ports["grpc"], metrics_port=ports["metrics"],
                               extra_args=["--exit-on-error=false", "--strict-readiness=false"], trace=traced)
-        failed = True
+        failed = True   # until started: a failed start names the log, which is then kept
         try:
             with rep.status("starting tritonserver"):
                 server.start()
+            failed = False   # any later failure says its own reasons: the temporary folder goes
             try:
                 models = server.models()
                 down = [m for m in models if m.get("state") != "READY"] if load_all else []
@@ -543,6 +544,8 @@ def _deployed(rep, r, conn) -> None:  # noqa: ANN001
     if r.rollback_copy:
         rep.out.print(f"kept for --rollback-on-failure: {r.rollback_copy} ({r.rollback_bytes / 2**20:.1f} MiB; "
                       f"`mcp-cli undeploy {r.name}` removes it)", markup=False)
+    for note in r.notes:
+        rep.err.print(f"warning: {note}", markup=False)
 
 
 @command("status", "mcp-cli status --url grpc://127.0.0.1:8001", "mcp-cli status --url http://127.0.0.1:8000 --json",

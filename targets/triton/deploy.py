@@ -315,6 +315,20 @@ def state_keep() -> int:
     return int(text)
 
 
+def _check_state_dir() -> None:
+    """The state folder can be made and written (a file in its place, a read-only parent):
+    refused before anything is sent, not found out after the new model is live."""
+    root = state_dir()
+    p = root
+    while not p.exists():
+        p = p.parent
+    if not p.is_dir():
+        raise UsageError(f"the state folder {root} cannot be made: {p} is not a folder (set MCP_STATE_DIR)")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise UsageError(f"the state folder {root} is not writable ({p}; set MCP_STATE_DIR, or MCP_STATE_KEEP=0 "
+                         "to keep no rollback copy)")
+
+
 def _state_path(conn: Connection, name: str) -> Path:
     check_name(name)   # the record's folder is named by it: never a path
     safe = conn.url.replace(":", "_").replace("/", "_").replace("[", "").replace("]", "")
@@ -332,15 +346,19 @@ def _record(conn: Connection, name: str, config_json: str, files: dict[str, byte
         return None
     tmp = d.with_name(f".{d.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "files").mkdir(parents=True)
-    (tmp / "config.json").write_text(config_json)
-    index = {}
-    for i, (key, data) in enumerate(files.items()):
-        (tmp / "files" / str(i)).write_bytes(data)
-        index[key] = str(i)
-    (tmp / "index.json").write_text(json.dumps(index))
-    shutil.rmtree(d, ignore_errors=True)
-    os.replace(tmp, d)
+    try:
+        (tmp / "files").mkdir(parents=True)
+        (tmp / "config.json").write_text(config_json)
+        index = {}
+        for i, (key, data) in enumerate(files.items()):
+            (tmp / "files" / str(i)).write_bytes(data)
+            index[key] = str(i)
+        (tmp / "index.json").write_text(json.dumps(index))
+        shutil.rmtree(d, ignore_errors=True)
+        os.replace(tmp, d)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)   # no half-written copy left behind
+        raise
     _prune(keep)
     return d, sum(len(b) for b in files.values()) + len(config_json)
 
@@ -561,7 +579,9 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
     The same version already serving other files is refused unless `force` (then it is
     replaced: the config's content hash differs, so Triton reloads); the same files are not
     reloaded (`unchanged`)."""
-    state_keep()   # a bad MCP_STATE_KEEP is refused before the server is touched
+    keep = state_keep()   # a bad MCP_STATE_KEEP is refused before the server is touched ...
+    if keep and not dry_run:
+        _check_state_dir()   # ... and so is a state folder that cannot hold the rollback copy
     name = check_name(name, what="--name") if name is not None else None
     cfg, v, local, files = read_entry(Path(entry), version)
     name = name or cfg.name
@@ -621,7 +641,12 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
                 report.smoke_seconds = round(_call(conn, f"smoke inference on {name} v{v}", _smoke, c, conn, cfg, name, v, feeds), 4)
             except McpError as e:
                 raise _after_bad_smoke(c, conn, name, e, report, rollback_on_failure) from None
-        kept = _record(conn, name, config_json, files)
+        try:
+            kept = _record(conn, name, config_json, files)
+        except OSError as e:   # a full disk, a folder gone read-only since the check: the deploy stands
+            report.notes.append(f"{name} v{v} is deployed and serving, but its rollback copy could not be kept "
+                                f"under {state_dir()}: {e.strerror or e}")
+            kept = None
         if kept is not None:
             report.rollback_copy, report.rollback_bytes = str(kept[0]), kept[1]
         return report
