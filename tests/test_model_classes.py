@@ -260,3 +260,18 @@ def test_convert_counts_verify_once():
     r = CompileReport("i", "o", 1, 1, 1, 1, verification={"seconds": 1.2, "ok": True})
     _finish(r, clock)
     assert r.seconds["verify"] == 1.2 and r.seconds["emit"] == pytest.approx(0.3)
+
+
+# -- the served interface: a dim an op ties to a constant is written as that constant (issue 47) ------
+
+def test_a_dim_tied_to_a_constant_is_declared_as_that_size(tmp_path):
+    w = nh.from_array(np.random.default_rng(0).standard_normal((180, 8)).astype(np.float32), "w")
+    src = _save(tmp_path / "rnnish.onnx", [h.make_node("MatMul", ["x", "w"], ["y"])],
+                [h.make_tensor_value_info("x", T.FLOAT, ["N", "F"])], [h.make_tensor_value_info("y", T.FLOAT, ["N", 8])],
+                [w])
+    r = compile_model(src, tmp_path / "repo", CompileOptions.for_target(TRITON, "r", verify=True))
+    assert r.verification["ok"]
+    from mcp_compiler.targets.triton.entry import read_config
+
+    cfg = read_config(tmp_path / "repo" / "r")
+    assert cfg.max_batch_size > 0 and list(cfg.input[0].dims) == [180] and list(cfg.output[0].dims) == [8]

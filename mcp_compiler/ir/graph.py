@@ -247,6 +247,9 @@ class Model:
     doc_string: str = ""
     functions: list[Function] = field(default_factory=list)
     metadata_props: dict[str, str] = field(default_factory=dict)
+    # symbols of the interface that shape inference found an op needs equal to one constant (a
+    # MatMul's feature size): a target may declare that size (not stored in the .mcpir)
+    shape_ties: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def onnx_opset(self) -> int:

@@ -53,6 +53,7 @@ class SymbolicShapesPass(Pass):
         inf.run()
         changed = inf.write()
         facts = inf.facts
+        model.shape_ties = _ties(facts.requires)
         warnings = [f"shape conflict: {c}" for c in facts.conflicts[:10]]
         if len(facts.conflicts) > 10:
             warnings.append(f"shape conflict: and {len(facts.conflicts) - 10} more")
@@ -60,6 +61,15 @@ class SymbolicShapesPass(Pass):
                  "conflict_list": facts.conflicts[:20],
                  "assumptions": list(facts.assumptions)[:20], "no_rule": dict(inf.no_rule.most_common())}
         return PassResult(model, changed > 0, stats=stats, warnings=warnings)
+
+
+def _ties(requires: list) -> dict[str, int]:
+    """Symbols an op needs equal to a constant, each to one constant only (two: a conflict, no tie)."""
+    seen: dict[str, set[int]] = {}
+    for lhs, op, rhs, _ in requires:
+        if op == "==" and isinstance(lhs, str) and isinstance(rhs, int) and not isinstance(rhs, bool):
+            seen.setdefault(lhs, set()).add(rhs)
+    return {s: next(iter(v)) for s, v in seen.items() if len(v) == 1}
 
 
 def model_symbols(model: Model) -> set[str]:

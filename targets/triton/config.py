@@ -85,7 +85,7 @@ def batch_blocker(model: Model) -> str | None:
     return None
 
 
-def _tensor_config(v: Value, batched: bool, cls):  # noqa: ANN001, ANN202
+def _tensor_config(v: Value, batched: bool, cls, ties: dict[str, int] | None = None):  # noqa: ANN001, ANN202
     t = v.type
     if not isinstance(t, TensorType) or t.sparse:
         raise UnsupportedError(f"model interface value {v.name!r} is {t}, Triton serves tensors only")
@@ -103,8 +103,10 @@ def _tensor_config(v: Value, batched: bool, cls):  # noqa: ANN001, ANN202
         if batched:
             c.reshape.SetInParent()
         return c
+    # a symbol an op ties to a constant is that size: Triton then refuses another with its own message
+    ties = ties or {}
     return cls(name=v.name, data_type=TRITON_DTYPES[t.elem_type],
-               dims=[d if isinstance(d, int) else -1 for d in shape])
+               dims=[d if isinstance(d, int) else ties.get(d, -1) if isinstance(d, str) else -1 for d in shape])
 
 
 def build_config(model: Model, name: str, backend: str, p: ServingParams,
@@ -149,8 +151,9 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
     if state:   # the state stays on the server: not part of the served interface
         kept = {x["input"] for x in state} | {x["output"] for x in state}
         inputs, outputs = [v for v in inputs if v.name not in kept], [v for v in outputs if v.name not in kept]
-    cfg.input.extend(_tensor_config(v, batched, mc.ModelInput) for v in inputs)
-    cfg.output.extend(_tensor_config(v, batched, mc.ModelOutput) for v in outputs)
+    ties = getattr(model, "shape_ties", None) or {}
+    cfg.input.extend(_tensor_config(v, batched, mc.ModelInput, ties) for v in inputs)
+    cfg.output.extend(_tensor_config(v, batched, mc.ModelOutput, ties) for v in outputs)
     if batched:
         db = cfg.dynamic_batching
         db.SetInParent()
