@@ -353,12 +353,16 @@ def _emit(model: Model, target, input, output: Path, options: CompileOptions,  #
     fails either never replaces anything."""
     from .targets import TargetOptions
 
+    # --quantize that changed no weight (already uint8, float16 already, ...) makes a float entry:
+    # judged as one (one sample, float tolerances), not by a budget on 16 samples and a level it lacks
+    quantized = bool(options.quantize and (report.quantization or {}).get("quantized"))
+
     def verify_staged(entry: Path) -> None:
         from .accuracy import default_budget
 
         t = time.perf_counter()
         # a quantized model is judged by its accuracy budget (default: its level's), not float32 tolerances
-        budget = (options.accuracy.budget or default_budget(options.quantize.mode)) if options.quantize else None
+        budget = (options.accuracy.budget or default_budget(options.quantize.mode)) if quantized else None
         v = target.verify(input, entry, dims=options.checks.dims, inputs=options.checks.inputs, budget=budget)
         v.repository = str(where)
         report.verification = {**v.to_dict(), "seconds": round(time.perf_counter() - t, 4)}
@@ -370,8 +374,8 @@ def _emit(model: Model, target, input, output: Path, options: CompileOptions,  #
     where = output if target.output_suffix else Path(output) / name
     result = target.emit(model, output, TargetOptions(
         name=name, force=t.force, params=t.params,
-        quantization=options.quantize.mode if options.quantize else "none",
-        budget=dict(options.accuracy.budget) if options.quantize and options.accuracy.budget else None,
+        quantization=options.quantize.mode if quantized else "none",
+        budget=dict(options.accuracy.budget) if quantized and options.accuracy.budget else None,
         load_check=t.load_check, check=verify_staged if options.checks.verify else None))
     report.output = str(output) if target.output_suffix else str(result.root)
     report.files = result.files
