@@ -405,8 +405,8 @@ def deploy(
     kserve: bool = typer.Option(False, "--kserve", rich_help_panel="Kubernetes (KServe)",
                                 help="Write Kubernetes manifests instead of pushing to one server: a KServe "
                                 "InferenceService, and a plain Deployment + Service + HPA (plain/)."),
-    output: Path = typer.Option(Path("manifests"), "-o", "--output", rich_help_panel="Kubernetes (KServe)",
-                                help="Folder for the manifests."),
+    output: str = typer.Option("manifests", "-o", "--output", rich_help_panel="Kubernetes (KServe)",
+                               help="Folder for the manifests (existing ones are replaced only with --force)."),
     storage_uri: Optional[str] = typer.Option(None, "--storage-uri", rich_help_panel="Kubernetes (KServe)",
                                               help="Where the model repository (DIR) is uploaded: s3://, gs://, pvc://."),
     min_replicas: int = typer.Option(1, "--min-replicas", rich_help_panel="Kubernetes (KServe)",
@@ -459,7 +459,7 @@ def deploy(
         if kserve or dockerfile:
             if conn.url is not None:
                 raise UsageError("--kserve writes manifests for a cluster; --url pushes to one server: give one")
-            return _kserve(rep, entry, json_out, dockerfile, output, apply, plain, kubeconfig, conn.timeout,
+            return _kserve(rep, entry, json_out, dockerfile, output, force, apply, plain, kubeconfig, conn.timeout,
                            dict(storage_uri=storage_uri, namespace=namespace, name=service_name,
                                 min_replicas=min_replicas, max_replicas=max_replicas, canary_percent=canary_percent,
                                 promote=promote, tune_report=from_tune, image=image,
@@ -483,8 +483,8 @@ def deploy(
     run(rep, debug, body)
 
 
-def _kserve(rep, entry: Path, json_out: bool, dockerfile: bool, output: Path, apply: bool, plain: bool,  # noqa: ANN001
-            kubeconfig: Optional[str], timeout: float, request: dict) -> None:
+def _kserve(rep, entry: Path, json_out: bool, dockerfile: bool, output: str, force: bool, apply: bool,  # noqa: ANN001
+            plain: bool, kubeconfig: Optional[str], timeout: float, request: dict) -> None:
     from . import kserve as ks
 
     if dockerfile:
@@ -495,8 +495,17 @@ def _kserve(rep, entry: Path, json_out: bool, dockerfile: bool, output: Path, ap
     if request["storage_uri"] is None:
         raise UsageError("--kserve needs --storage-uri: where the model repository (the folder holding "
                          f"{Path(entry).name}/) is uploaded, e.g. s3://bucket/model_repository")
+    if not output.strip():
+        raise UsageError("-o/--output: give a folder for the manifests (an empty name would write into the "
+                         "current folder)")
+    output = Path(output)
+    if apply and kubeconfig is not None:   # a FIFO or a device would block the client for ever
+        from mcp_compiler.files import read_regular
+
+        read_regular(kubeconfig, "--kubeconfig", limit=4 << 20)
     with rep.status(f"writing and validating the manifests of {entry}"):
         m = ks.build(entry, ks.KServeRequest(**request))
+        ks.check_output_folder(m, output, force)
         written = ks.write(m, output)
         applied = ks.apply(m, plain=plain, kubeconfig=kubeconfig, timeout=timeout) if apply else []
     rep.json({**m.to_dict(), "written": [str(p) for p in written], "applied": applied})

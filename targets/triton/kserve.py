@@ -101,10 +101,24 @@ def service_name(name: str) -> str:
     return s
 
 
+INT32_MAX = 2**31 - 1   # Kubernetes' integer fields (replicas, targets) are int32
+
+
 def _check_request(req: KServeRequest) -> None:
     if not req.storage_uri.startswith(STORAGE_SCHEMES):
         raise UsageError(f"--storage-uri {req.storage_uri!r}: expected the model repository's folder as "
                          f"{', '.join(s + '...' for s in STORAGE_SCHEMES[:3])} (KServe downloads it)")
+    rest = req.storage_uri.split("://", 1)[1]
+    if not rest.strip("/") or any(seg in (".", "..") for seg in rest.split("/")) or \
+            not rest.isascii() or any(ord(c) < 33 or ord(c) == 127 for c in rest):
+        raise UsageError(f"--storage-uri {req.storage_uri!r}: expected a bucket or claim and a folder, with no "
+                         "'.' or '..' segments, spaces or control characters")
+    if req.image is not None and (not req.image.strip() or any(ord(c) < 33 for c in req.image)
+                                  or not req.image.isascii()):
+        raise UsageError(f"--image {req.image!r}: expected an image reference, e.g. registry/mcp-triton:24.10")
+    for flag, v in (("--min-replicas", req.min_replicas), ("--max-replicas", req.max_replicas)):
+        if v > INT32_MAX:
+            raise UsageError(f"{flag} must be at most {INT32_MAX} (a Kubernetes int32), got {v}")
     if req.min_replicas < 0 or req.max_replicas < 1 or req.min_replicas > req.max_replicas:
         raise UsageError(f"--min-replicas {req.min_replicas} / --max-replicas {req.max_replicas}: need "
                          "0 <= min <= max and max >= 1")
@@ -147,12 +161,24 @@ def scaling_from_tune(path: Path | None, model: str, cfg: Any) -> dict[str, Any]
 
     from .tune import Setting
 
+    def bad(why: str) -> UsageError:
+        return UsageError(f"--from-tune {path}: not a `mcp-cli tune --json` report ({why})")
+
     try:
         rep = json.loads(read_regular(path, "--from-tune", limit=64 << 20))
+        if not isinstance(rep, dict):
+            raise bad("not a JSON object")
         load, slo = str(rep["load"]), float(rep["slo_p99_ms"])
         trials = {"best": rep.get("best"), "baseline": rep["baseline"]}
+    except UnicodeDecodeError:
+        raise bad("not UTF-8 text") from None
     except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise UsageError(f"--from-tune {path}: not a `mcp-cli tune --json` report ({type(e).__name__}: {e})") from None
+        raise bad(f"{type(e).__name__}: {str(e)[:120]}") from None
+    if not math.isfinite(slo) or slo <= 0:
+        raise bad(f"slo_p99_ms {slo!r} is not a positive number")
+    for k, t in trials.items():
+        if t is not None and not (isinstance(t, dict) and isinstance(t.get("config"), dict)):
+            raise bad(f"its {k} has no config")
     if rep.get("model") not in (None, model):
         raise UsageError(f"--from-tune {path} tuned {rep.get('model')!r}, not {model!r}")
     served = Setting.of(cfg).to_dict()
@@ -161,13 +187,22 @@ def scaling_from_tune(path: Path | None, model: str, cfg: Any) -> dict[str, Any]
         raise UsageError(f"--from-tune {path}: neither its baseline nor its best is the entry's config "
                          "(tuned before the entry changed?): tune it again")
     held = trials[which]
+    try:
+        rps, p50 = float(held.get("throughput") or 0), float(held.get("p50_ms") or 0)
+    except (TypeError, ValueError):
+        raise bad(f"its {which}'s throughput or p50_ms is not a number") from None
+    if not (math.isfinite(rps) and math.isfinite(p50)) or rps < 0 or p50 < 0:
+        raise bad(f"its {which}'s throughput or p50_ms is not a finite number >= 0")
     if not held.get("meets_slo"):
         raise UsageError(f"--from-tune {path}: the entry's configuration (the report's {which}) did not meet "
                          f"the p99 SLO of {slo:g} ms at {load}: tune at a lower load, or `tune --apply` a better one")
     if load.startswith("concurrency "):
-        target = int(load.split()[1])
+        parts = load.split()
+        if len(parts) != 2 or not (parts[1].isascii() and parts[1].isdigit()) or not 1 <= int(parts[1]) <= INT32_MAX:
+            raise bad(f"load {load[:40]!r} is not 'concurrency N' with 1 <= N <= {INT32_MAX}")
+        target = int(parts[1])
     else:   # an open-loop rate: Little's law, requests in flight = throughput x latency
-        target = max(1, math.floor(held["throughput"] * (held["p50_ms"] or 0) / 1000))
+        target = min(INT32_MAX, max(1, math.floor(rps * p50 / 1000)))
     source = (f"{path.name}: the entry's configuration (the report's {which}) held {load} within p99 {slo:g} ms "
               f"({held['throughput']:.0f} req/s, p99 {held['p99_ms']} ms)")
     out = {"metric": "concurrency", "target": target, "source": source}
@@ -356,6 +391,23 @@ def to_yaml(docs: list[dict]) -> str:
 
     return "".join(("---\n" if i else "") + yaml.dump(d, Dumper=Plain, sort_keys=False, default_flow_style=False)
                    for i, d in enumerate(docs))
+
+
+def check_output_folder(m: Manifests, out: Path, force: bool) -> None:
+    """`-o` as the other commands take an output: a real folder name (not empty, not a file, not
+    a special path), and the manifests it already holds kept unless --force. Checked before
+    anything is written."""
+    from mcp_compiler.files import check_output
+
+    if not str(out).strip():
+        raise UsageError("-o/--output: give a folder for the manifests (an empty name would write into the "
+                         "current folder)")
+    check_output(out, "-o/--output", directory=True)
+    names = list(m.files) + (["Dockerfile"] if m.dockerfile else [])
+    there = [n for n in names if (out / n).exists()]
+    if there and not force:
+        raise UsageError(f"{out / there[0]} exists{f' (and {len(there) - 1} more)' if len(there) > 1 else ''}; "
+                         "--force replaces the manifests")
 
 
 def write(m: Manifests, out: Path) -> list[Path]:

@@ -270,13 +270,15 @@ def test_apply_against_a_fake_api_server_as_no_cluster_runs_here(entries, tmp_pa
         isvc = "/apis/serving.kserve.io/v1beta1/namespaces/ml/inferenceservices"
         assert ("POST", isvc) in _FakeApiServer.log
         # the canary update replaces it, carrying the resourceVersion it read
+        # (--force: the manifests of the first write are replaced)
         r, out = _kserve(e, tmp_path / "m", "--namespace", "ml", "--apply", "--kubeconfig", str(kubeconfig),
-                         "--canary-percent", "20")
+                         "--canary-percent", "20", "--force")
         assert out["applied"] == ["InferenceService ml/mlp: updated"], r.output
         assert ("PUT", f"{isvc}/mlp", "1") in _FakeApiServer.log
         assert _FakeApiServer.objects[f"{isvc}/mlp"]["spec"]["predictor"]["canaryTrafficPercent"] == 20
         # the plain kinds through their own APIs
-        r, out = _kserve(e, tmp_path / "m", "--namespace", "ml", "--apply", "--plain", "--kubeconfig", str(kubeconfig))
+        r, out = _kserve(e, tmp_path / "m", "--namespace", "ml", "--apply", "--plain", "--kubeconfig", str(kubeconfig),
+                         "--force")
         assert r.exit_code == 0, r.output
         assert out["applied"] == ["Deployment ml/mlp: created", "Service ml/mlp: created",
                                   "HorizontalPodAutoscaler ml/mlp: created"]
@@ -284,5 +286,56 @@ def test_apply_against_a_fake_api_server_as_no_cluster_runs_here(entries, tmp_pa
         srv.shutdown()
         srv.server_close()
     # no API server there: one line, exit 1
-    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--apply", "--kubeconfig", str(kubeconfig))
+    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--apply", "--kubeconfig", str(kubeconfig), "--force")
     assert r.exit_code == 1 and "cannot reach the API server" in out["error"]["message"], r.output
+
+
+@pytest.mark.parametrize("args, text", [
+    (["--storage-uri", "pvc://claim/../.."], "'..'"),
+    (["--storage-uri", "s3://"], "a bucket or claim"),
+    (["--image", ""], "--image"),
+    (["--max-replicas", "3000000000"], "int32"),
+    (["--min-replicas", "2147483648", "--max-replicas", "2147483649"], "int32"),
+])
+def test_hostile_kserve_values_are_one_line_and_write_nothing(entries, tmp_path, args, text):
+    # (the later flag wins where K8S gives it too)
+    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", *args)
+    assert r.exit_code == 2 and text in out["error"]["message"], r.output
+    assert not (tmp_path / "m").exists()
+
+
+def test_existing_manifests_are_kept_without_force_and_empty_output_is_refused(entries, tmp_path, monkeypatch):
+    out = tmp_path / "m"
+    r, _ = _kserve(entries / "repo" / "mlp", out)
+    assert r.exit_code == 0, r.output
+    (out / "inferenceservice.yaml").write_text("# mine\n")
+    r, got = _kserve(entries / "repo" / "mlp", out)
+    assert r.exit_code == 2 and "--force" in got["error"]["message"]
+    assert (out / "inferenceservice.yaml").read_text() == "# mine\n"
+    r, _ = _kserve(entries / "repo" / "mlp", out, "--force")
+    assert r.exit_code == 0 and "InferenceService" in (out / "inferenceservice.yaml").read_text()
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["deploy", str(entries / "repo" / "mlp"), "--kserve", "-o", "", *K8S, "--json"])
+    assert r.exit_code == 2 and "empty name" in r.stdout and not (tmp_path / "inferenceservice.yaml").exists()
+
+
+@pytest.mark.parametrize("report", [
+    "[]", '{"load": "concurrency 8", "slo_p99_ms": "nan", "baseline": {}}',
+    '{"load": "concurrency 99999999999", "slo_p99_ms": 5, "baseline": {"config": {}}}',
+    '{"load": "concurrency 8", "slo_p99_ms": 5, "baseline": 3}', "\\xff",
+])
+def test_a_malformed_tune_report_is_one_clean_error(entries, tmp_path, report):
+    p = tmp_path / "tune.json"
+    p.write_bytes(report.encode("latin-1") if report == "\\xff" else report.encode())
+    if report == "\\xff":
+        p.write_bytes(b"\xff\xfe{")
+    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--from-tune", str(p))
+    assert r.exit_code == 2 and "--from-tune" in out["error"]["message"], r.output
+    assert "internal error" not in r.output
+
+
+def test_a_kubeconfig_that_is_a_fifo_is_refused_at_once(entries, tmp_path):
+    fifo = tmp_path / "kubeconfig"
+    os.mkfifo(fifo)
+    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--apply", "--kubeconfig", str(fifo))
+    assert r.exit_code == 2 and "not a regular file" in out["error"]["message"], r.output
