@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp_compiler.errors import McpError, UsageError
+from mcp_compiler.errors import InvalidModelError, McpError, UsageError
 
 # The Triton release the local `mcp-cli serve` runs (tritonserver 2.51 from nvidia-pytriton 0.7.0)
 # is NGC's 24.10 image: manifests ask for the same, so what was verified here is what runs there.
@@ -102,6 +102,7 @@ def service_name(name: str) -> str:
 
 
 INT32_MAX = 2**31 - 1   # Kubernetes' integer fields (replicas, targets) are int32
+MAX_INSTANCES = 1024    # instances (and threads) an entry may ask a pod for
 
 
 def _check_request(req: KServeRequest) -> None:
@@ -139,7 +140,14 @@ def resources_for(cfg: Any, local: Path) -> dict[str, Any]:
     groups = list(cfg.instance_group) or [mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)]
     instances = sum(max(g.count, 1) for g in groups)
     gpu = any(g.kind == mc.ModelInstanceGroup.KIND_GPU for g in groups)
-    threads = int(cfg.parameters["intra_op_threads"].string_value or 0) if "intra_op_threads" in cfg.parameters else 0
+    text = cfg.parameters["intra_op_threads"].string_value.strip() if "intra_op_threads" in cfg.parameters else ""
+    if text and not (text.isascii() and text.isdigit() and len(text) <= 4):
+        raise InvalidModelError(local.parent / "config.pbtxt", f"parameter intra_op_threads must be a whole number "
+                                f"of at most 4 digits, got {text[:20]!r}")
+    threads = int(text or 0)
+    if instances > MAX_INSTANCES or threads > MAX_INSTANCES:   # a pod's requests come from these
+        raise InvalidModelError(local.parent / "config.pbtxt", f"{instances} instances x {threads} threads: more than "
+                                f"a pod is sized for (at most {MAX_INSTANCES} of each)")
     cores = instances * max(threads, 1)
     mib = BASE_MEMORY_MIB + instances * (2 * math.ceil(weights / 2**20) + INSTANCE_MEMORY_MIB)
     mib = 64 * math.ceil(mib / 64)

@@ -339,3 +339,31 @@ def test_a_kubeconfig_that_is_a_fifo_is_refused_at_once(entries, tmp_path):
     os.mkfifo(fifo)
     r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--apply", "--kubeconfig", str(fifo))
     assert r.exit_code == 2 and "not a regular file" in out["error"]["message"], r.output
+
+
+@pytest.mark.parametrize("tamper, text", [
+    ('parameters {\n  key: "intra_op_threads"\n  value {\n    string_value: "abc"\n  }\n}\n', "intra_op_threads"),
+    ('parameters {\n  key: "intra_op_threads"\n  value {\n    string_value: "100000000000000000000"\n  }\n}\n',
+     "intra_op_threads"),
+])
+def test_a_tampered_entry_gives_no_manifest(entries, tmp_path, tamper, text):
+    import shutil
+
+    bad = tmp_path / "r" / "mlp"
+    shutil.copytree(entries / "repo" / "mlp", bad)
+    (bad / "config.pbtxt").write_text((bad / "config.pbtxt").read_text() + tamper)
+    r, out = _kserve(bad, tmp_path / "m")
+    assert r.exit_code == 2 and text in out["error"]["message"], r.output
+    assert not (tmp_path / "m").exists()
+
+
+def test_instances_beyond_a_pod_give_no_manifest(entries, tmp_path):
+    import re
+    import shutil
+
+    bad = tmp_path / "r" / "mlp"
+    shutil.copytree(entries / "repo" / "mlp", bad)
+    cfg = bad / "config.pbtxt"
+    cfg.write_text(re.sub(r"count: \d+", "count: 2147483647", cfg.read_text()))
+    r, out = _kserve(bad, tmp_path / "m")
+    assert r.exit_code == 2 and "instances" in out["error"]["message"], r.output
