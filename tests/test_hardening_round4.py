@@ -274,3 +274,9 @@ def test_serve_that_exits_1_on_a_broken_model_leaves_no_temp_folder(entry, tmp_p
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 1 and "failed to load" in r.stderr, r.stderr
     assert not list(tmpdir.glob("mcp-triton-*")), list(tmpdir.iterdir())
+
+
+def test_deploy_help_keeps_its_brackets():
+    env = dict(os.environ, COLUMNS="100", TERM="dumb")
+    r = subprocess.run([*CLI, "deploy", "--help"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and "mcp-cli[kube]" in r.stdout, r.stdout

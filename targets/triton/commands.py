@@ -447,7 +447,7 @@ def deploy(
     removes it). The same version serving other files needs --force.
 
     --kserve validates every manifest before writing any (Kubernetes' schemas, the KServe SDK's
-    types; `pip install 'mcp-cli[kube]'`), and prints the `kubectl apply -f` line.
+    types; `pip install 'mcp-cli\\[kube]'`), and prints the `kubectl apply -f` line.
     """
     rep = reporter(json_out)
 

@@ -225,9 +225,9 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
     if state:
         params["mcp_state"] = json.dumps(state)
         params["mcp_max_sequences"] = str(p.max_sequences)
-        warnings.append(f"stateful: {', '.join(x['input'] + '->' + x['output'] for x in state)} kept on the server "
+        warnings.append(Note(f"stateful: {', '.join(x['input'] + '->' + x['output'] for x in state)} kept on the server "
                         f"per sequence ({p.sequence_strategy} sequence batcher; clients send a sequence ID with "
-                        "START/END and only the other inputs; --no-state serves it stateless)")
+                        "START/END and only the other inputs; --no-state serves it stateless)"))
         if p.model_warmup:
             warnings.append("model_warmup is not run for a stateful entry (a warm-up request has no sequence)")
     for k, v in params.items():
