@@ -280,3 +280,21 @@ def test_deploy_help_keeps_its_brackets():
     env = dict(os.environ, COLUMNS="100", TERM="dumb")
     r = subprocess.run([*CLI, "deploy", "--help"], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0 and "mcp-cli[kube]" in r.stdout, r.stdout
+
+
+def test_ctrl_c_while_the_modules_load_is_one_line():
+    """SIGINT in the first ~50 ms (while numpy, onnx, typer load) was a 24-line traceback."""
+    import signal
+    import time
+
+    for delay in (0.05, 0.1, 0.15, 0.2, 0.3):
+        p = subprocess.Popen([*CLI, "convert", str(MLP), "-o", "/dev/null/x.mcpir"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        if "init_import_site" in err:   # the interpreter's own start, before any of mcp-cli runs
+            continue
+        assert "Traceback" not in err, (delay, err)
+        if p.returncode == 130:
+            assert err.strip().splitlines()[-1] == "error: interrupted", err

@@ -23,11 +23,22 @@ def collect_seldom() -> None:
 
 
 def entry() -> None:
-    """The `mcp-cli` console script (application.entry), the collector set before the modules load."""
-    collect_seldom()
-    from .application import entry as run
+    """The `mcp-cli` console script (application.entry), the collector set before the modules load.
+    A Ctrl-C while the modules load (the first ~50 ms, before a command's own handling) is the same
+    one line and exit 130 as later, not a traceback of the imports."""
+    import sys
 
-    run()
+    collect_seldom()
+    try:
+        from .application import entry as run
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        raise SystemExit(130) from None
+    try:
+        run()
+    except KeyboardInterrupt:   # (between parsing and a command's own handler)
+        sys.stderr.write("error: interrupted\n")
+        raise SystemExit(130) from None
 
 
 def __getattr__(name: str) -> Any:
