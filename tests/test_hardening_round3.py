@@ -176,6 +176,11 @@ def test_verify_times_out_on_a_model_that_runs_for_ever(tmp_path):
     r = _cli("verify", str(model), str(tmp_path / "repo" / "f"), "--timeout", "3", "--json", timeout=60)
     _one_error(r, 1, "verify took longer than 3 s (--timeout)")
     assert json.loads(r.stdout)["error"]["type"] == "TimeoutExceededError" and r.seconds < 30
+    # convert --verify too (round 4): one line, exit 1, and no entry left in the repository
+    r = _cli("convert", str(model), "-t", T, "-o", str(tmp_path / "repo2"), "--name", "f", "--verify",
+             "--timeout", "5", timeout=90)
+    _one_error(r, 1, "convert took longer than 5 s (--timeout)")
+    assert not (tmp_path / "repo2" / "f").exists()
 
 
 # -- 7, 8: special files and values that were internal errors -----------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Optional
 
@@ -10,7 +11,7 @@ import typer
 
 from mcp_compiler.errors import UsageError
 
-from .common import DebugOpt, JsonOpt, examples, one_model, parse_dims, reporter, run, write_json
+from .common import DebugOpt, JsonOpt, examples, one_model, parse_dims, reporter, run, watchdog, write_json
 
 IN, PIPE, QUANT, TGT, CHECK, OUT = ("Input and output", "Pipeline", "Quantization", "Target",
                                     "Checks", "Reporting")
@@ -102,6 +103,9 @@ ConfigOpt = _opt(None, "--config", panel=TGT, help="YAML build file with the tar
 LoadCheckOpt = _opt(True, "--load-check/--no-load-check", panel=TGT,
                     help="Load the emitted model in its serving runtime before the entry is moved into place.")
 
+TimeoutOpt = _opt(None, "--timeout", panel=CHECK, min=1.0, metavar="SECONDS",
+                  help="Give up after this many seconds, exit 1 (a --verify of a model whose Loop runs for ever); "
+                       "the next conversion to the same place removes what it was writing.")
 VerifyOpt = _opt(False, "--verify", panel=CHECK, help="Compare the result with onnxruntime on the original "
                  "(exit 1 if it differs).")
 DimsOpt = _opt(None, "--dims", panel=CHECK, metavar="NAME=SIZE[,...]",
@@ -177,6 +181,7 @@ def convert(
     config: Optional[Path] = ConfigOpt, load_check: bool = LoadCheckOpt,
     target_flags: Optional[dict] = None,   # every target's own flags: with_target_flags
     verify: bool = VerifyOpt, dims: Optional[str] = DimsOpt, inputs: Optional[Path] = InputsOpt,
+    timeout: Optional[float] = TimeoutOpt,
     report: Optional[Path] = ReportOpt, verbose: bool = VerboseOpt,
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
@@ -196,7 +201,7 @@ def convert(
             check_output(report, "--report", force=bool(flags["force"]), inputs=(path, output or None))
         if output == "":
             raise UsageError("--output: empty path")
-        with rep.status(f"converting {path}"):
+        with rep.status(f"converting {path}"), watchdog(rep, timeout, "convert") if timeout else nullcontext():
             result = compile_model(path, None if output is None else Path(output), options)
         if report is not None:
             write_json(report, result.to_dict())
