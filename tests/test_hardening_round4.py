@@ -298,3 +298,15 @@ def test_ctrl_c_while_the_modules_load_is_one_line():
         assert "Traceback" not in err, (delay, err)
         if p.returncode == 130:
             assert err.strip().splitlines()[-1] == "error: interrupted", err
+
+
+def test_a_pem_of_another_kind_is_not_a_certificate(tmp_path):
+    key = tmp_path / "key.pem"
+    key.write_text("-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n")
+    r = _cli("status", "--url", f"grpcs://127.0.0.1:{_closed_port()}", "--root-cert", str(key))
+    _one_error(r, 2, "holds no CERTIFICATE block", "PRIVATE KEY")
+    cert = tmp_path / "cert.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    r = _cli("status", "--url", f"grpcs://127.0.0.1:{_closed_port()}", "--root-cert", str(cert),
+             "--client-cert", str(cert), "--client-key", str(cert))
+    _one_error(r, 2, "key file", "holds no PRIVATE KEY block")

@@ -242,12 +242,13 @@ def infer_inputs(feeds: dict[str, np.ndarray]) -> list:
 def aio_client(conn: Connection):  # noqa: ANN201 - tritonclient.grpc.aio.InferenceServerClient
     import tritonclient.grpc.aio as aio
 
-    from .deploy import _path
+    from .deploy import pem_path
 
     if conn.protocol != "grpc":
         raise UsageError("bench and tune measure over gRPC: give the server's gRPC port (--protocol grpc)")
-    return aio.InferenceServerClient(conn.url, ssl=conn.ssl, root_certificates=_path(conn.root_cert),
-                                     private_key=_path(conn.client_key), certificate_chain=_path(conn.client_cert))
+    return aio.InferenceServerClient(conn.url, ssl=conn.ssl, root_certificates=pem_path(conn.root_cert),
+                                     private_key=pem_path(conn.client_key, "key"),
+                                     certificate_chain=pem_path(conn.client_cert))
 
 
 def measure_points(s: Served, loads: list[Load], *, batch_size: int = 1, window_s: float = 2.0,

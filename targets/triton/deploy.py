@@ -131,8 +131,9 @@ def client(conn: Connection):  # noqa: ANN201 - a tritonclient InferenceServerCl
 
         args = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
         return tg.InferenceServerClient(
-            conn.url, ssl=conn.ssl, root_certificates=_path(conn.root_cert),
-            private_key=_path(conn.client_key), certificate_chain=_path(conn.client_cert), channel_args=args)
+            conn.url, ssl=conn.ssl, root_certificates=pem_path(conn.root_cert),
+            private_key=pem_path(conn.client_key, "key"), certificate_chain=pem_path(conn.client_cert),
+            channel_args=args)
     if conn.protocol == "http":
         import tritonclient.http as th
 
@@ -141,27 +142,36 @@ def client(conn: Connection):  # noqa: ANN201 - a tritonclient InferenceServerCl
         opts = {}
         if conn.ssl:
             if conn.root_cert:
-                opts["ca_certs"] = str(conn.root_cert)
+                opts["ca_certs"] = pem_path(conn.root_cert)
             if conn.client_cert:
-                opts["certfile"], opts["keyfile"] = str(conn.client_cert), str(conn.client_key)
+                opts["certfile"], opts["keyfile"] = pem_path(conn.client_cert), pem_path(conn.client_key, "key")
         return th.InferenceServerClient(conn.url, ssl=conn.ssl, ssl_options=opts or None,
                                         connection_timeout=conn.timeout, network_timeout=conn.timeout)
     raise UsageError(f"--protocol must be grpc or http, got {conn.protocol!r}")
 
 
-def _path(p: Path | None) -> str | None:
-    """A PEM file for TLS (certificate or key): a regular file of at most 1 MiB with a PEM block;
-    a folder, FIFO, device, empty or garbage file is one line naming it, before any connection."""
+def pem_path(p: Path | None, kind: str = "certificate") -> str | None:
+    """A PEM file for TLS: a regular file of at most 1 MiB holding a `kind` block (`certificate`:
+    -----BEGIN CERTIFICATE-----; `key`: a PRIVATE KEY block). A folder, FIFO, device, empty or
+    garbage file, or a PEM of another kind (a key given as the certificate) is one line naming it,
+    before any connection."""
     if p is None:
         return None
     from mcp_compiler.files import read_regular
 
+    what = "certificate file" if kind == "certificate" else "key file"
     if not Path(p).exists():
-        raise UsageError(f"certificate file {p} does not exist")
-    data = read_regular(p, "certificate file", limit=1 << 20)
+        raise UsageError(f"{what} {p} does not exist")
+    data = read_regular(p, what, limit=1 << 20)
     if b"-----BEGIN " not in data:
-        raise UsageError(f"certificate file {p} is {'empty' if not data.strip() else 'not PEM'} "
+        raise UsageError(f"{what} {p} is {'empty' if not data.strip() else 'not PEM'} "
                          "(expected -----BEGIN ...----- blocks)")
+    want = re.compile(rb"-----BEGIN (?:TRUSTED )?CERTIFICATE-----" if kind == "certificate"
+                      else rb"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----")
+    if not want.search(data):
+        found = re.search(rb"-----BEGIN ([A-Z0-9 ]+)-----", data)
+        raise UsageError(f"{what} {p} holds no {'CERTIFICATE' if kind == 'certificate' else 'PRIVATE KEY'} block "
+                         f"(found {found.group(1).decode() if found else 'none'})")
     return str(p)
 
 
