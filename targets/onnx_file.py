@@ -100,11 +100,14 @@ class OnnxTarget(Target):
         """Copy a cached `<name>.onnx` (and its data) into `out_dir`, each through a temp name."""
         import shutil
 
+        from mcp_compiler.files import follow_umask, temp_prefix
+
         out_dir.mkdir(parents=True, exist_ok=True)
         for src in sorted(entry.iterdir()):
-            fd, tmp = tempfile.mkstemp(prefix=f".{src.name}.", dir=out_dir)
+            fd, tmp = tempfile.mkstemp(prefix=temp_prefix(out_dir / src.name), dir=out_dir)
             os.close(fd)
             shutil.copyfile(src, tmp)
+            follow_umask(tmp)   # mkstemp makes 0600: the umask decides, as for every other output
             os.replace(tmp, out_dir / src.name)
         return out_dir / f"{name}.onnx"
 

@@ -310,3 +310,18 @@ def test_a_pem_of_another_kind_is_not_a_certificate(tmp_path):
     r = _cli("status", "--url", f"grpcs://127.0.0.1:{_closed_port()}", "--root-cert", str(cert),
              "--client-cert", str(cert), "--client-key", str(cert))
     _one_error(r, 2, "key file", "holds no PRIVATE KEY block")
+
+
+def test_zoo_onnx_outputs_follow_the_umask(tmp_path):
+    (tmp_path / "m.onnx").write_bytes(MLP.read_bytes())
+    (tmp_path / "zoo.yaml").write_text("models:\n  - name: m\n    target: onnx\n    source: {path: m.onnx}\n")
+    old = os.umask(0o022)
+    try:
+        for _ in range(2):   # converted, then installed from the cache
+            r = subprocess.run([*CLI, "zoo", "zoo.yaml", "-o", "out", "--cache", "cache", "--force"] if _ else
+                               [*CLI, "zoo", "zoo.yaml", "-o", "out", "--cache", "cache"],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            assert (tmp_path / "out" / "m.onnx").stat().st_mode & 0o777 == 0o644
+    finally:
+        os.umask(old)
