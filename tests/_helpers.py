@@ -240,3 +240,14 @@ class PostSink:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def one_error(r, code: int, *expect: str) -> None:
+    """A CLI run (subprocess.CompletedProcess) that failed as users should see it: exit `code`, one
+    `error:` line on stderr holding each of `expect`, no internal error, no traceback."""
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == code, r.stdout + r.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "internal error" not in lines[0] and "Traceback" not in r.stderr
+    for e in expect:
+        assert e in lines[0], lines[0]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from _helpers import GOLDEN
+from _helpers import GOLDEN, one_error
 from onnx import TensorProto, helper
 
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]
@@ -31,13 +31,7 @@ def _cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: 
     return r
 
 
-def _one_error(r, code: int, *expect: str) -> None:
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert r.returncode == code, r.stdout + r.stderr
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    assert "internal error" not in lines[0] and "Traceback" not in r.stderr
-    for e in expect:
-        assert e in lines[0], lines[0]
+_one_error = one_error
 
 
 def _tree(root: Path) -> set[str]:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _helpers import GOLDEN
+from _helpers import GOLDEN, one_error
 
 from mcp_compiler import CompileOptions, compile_model
 
@@ -32,13 +32,7 @@ def _cli(*args: str, env: dict | None = None):
     return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=120)
 
 
-def _one_error(r, code: int, *expect: str) -> None:
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert r.returncode == code, r.stdout + r.stderr
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    assert "internal error" not in lines[0] and "Traceback" not in r.stderr
-    for e in expect:
-        assert e in lines[0], lines[0]
+_one_error = one_error
 
 
 @pytest.fixture(scope="module")
