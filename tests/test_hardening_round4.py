@@ -319,3 +319,9 @@ def test_zoo_onnx_outputs_follow_the_umask(tmp_path):
             assert (tmp_path / "out" / "m.onnx").stat().st_mode & 0o777 == 0o644
     finally:
         os.umask(old)
+
+
+def test_bench_cold_to_an_unreachable_server_is_one_line(entry):
+    for target in (str(entry), "mlp"):
+        r = _cli("bench", target, "--cold", "--url", f"grpc://127.0.0.1:{_closed_port()}")
+        _one_error(r, 1, "cannot reach Triton")
