@@ -150,6 +150,8 @@ def _load(input, options: CompileOptions) -> tuple[Model, str, list[str], list[s
     if c.verify and fmt != "onnx":
         raise UsageError("--verify compares with onnxruntime on the original: give the .onnx model")
     if fmt == "onnx" and c.initializer_inputs == "weights":
+        from .frontend.onnx import weights_not_inputs
+
         taken = weights_not_inputs(model)
         if taken:
             notes.append(f"{len(taken)} initializer(s) listed as graph inputs too ({', '.join(taken[:3])}"
@@ -163,18 +165,6 @@ def _load(input, options: CompileOptions) -> tuple[Model, str, list[str], list[s
     if opset is not None and model.onnx_opset is not None and opset < model.onnx_opset:
         raise UsageError(f"--opset {opset}: the model is at opset {model.onnx_opset}; --opset can only raise it")
     return model, fmt, warnings, notes
-
-
-def weights_not_inputs(model: Model) -> list[str]:
-    """Initializers that the main graph also lists as inputs (exporters' keep_initializers_as_inputs,
-    IR version 3's rule) become weights only: the interface is what a caller must feed, and the
-    passes may fold them, so weights the folding replaced go instead of staying as inputs nothing
-    uses. Returns their names."""
-    g = model.graph
-    taken = [v.name for v in g.inputs if v.const is not None]
-    if taken:
-        g.inputs = [v for v in g.inputs if v.const is None]
-    return taken
 
 
 def _calibration(model: Model, options: CompileOptions) -> list[dict] | None:
@@ -218,36 +208,10 @@ def _pipeline(model: Model, target, options: CompileOptions, samples, quantize, 
     pm = pipeline.build(target, options.pipeline, quantize=quantize, calibration=samples)
     if checked:
         pm.ctx.budget, pm.ctx.samples = dict(options.accuracy.budget), checked
-    pm.instruments.append(_WeightGrowth(model))
+    from .passes import WeightGrowth
+
+    pm.instruments.append(WeightGrowth(model))
     return pm.run(model)[1], pm.properties
-
-
-class _WeightGrowth:
-    """Which passes made the weights bigger: after each pass that changed the model, the growth of
-    its initializers' bytes (every graph's: what folding and fusing store; a walk of a dict, where
-    the whole model's tensors took 60 ms a pass at 50k nodes) is put on its record's stats
-    (`weight_growth_bytes`), so the warning names the pass."""
-
-    def __init__(self, model: Model) -> None:
-        self.last = _initializer_bytes(model)
-
-    def before(self, p, model: Model, pm) -> None:  # noqa: ANN001
-        pass
-
-    def after(self, p, model: Model, result, record, pm) -> None:  # noqa: ANN001
-        if not record.modified:
-            return
-        now = _initializer_bytes(model)
-        if now > self.last:
-            record.stats["weight_growth_bytes"] = record.stats.get("weight_growth_bytes", 0) + now - self.last
-        self.last = now
-
-    def finish(self, model: Model, records: list, pm) -> None:  # noqa: ANN001
-        pass
-
-
-def _initializer_bytes(model: Model) -> int:
-    return sum(v.const.nbytes for g in model.all_graphs() for v in g.initializers.values() if v.const is not None)
 
 
 def _growth_cause(records: list) -> str:

@@ -164,16 +164,17 @@ def temp_prefix(path: Path | str) -> str:
 
 def remove_stale_temps(folder: Path, name: str) -> list[Path]:
     """Remove `.NAME.PID.*` temps in `folder` whose pid is no longer running; what was removed."""
+    import glob
     import shutil
 
     gone = []
     try:
-        found = list(Path(folder).glob(f".{glob_escape(name)}.*"))
+        found = list(Path(folder).glob(f".{glob.escape(name)}.*"))
     except OSError:
         return gone
     for t in found:
         pid = t.name[len(name) + 2:].split(".", 1)[0]
-        if not (pid.isascii() and pid.isdigit()) or _alive(int(pid)):
+        if not (pid.isascii() and pid.isdigit()) or pid_alive(int(pid)):
             continue
         try:
             if t.is_dir() and not t.is_symlink():
@@ -186,13 +187,8 @@ def remove_stale_temps(folder: Path, name: str) -> list[Path]:
     return gone
 
 
-def glob_escape(name: str) -> str:
-    import glob
-
-    return glob.escape(name)
-
-
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether the process that wrote a temp (its pid in the name) may still be running."""
     if pid <= 0 or pid > 2**22:
         return True   # not a pid this kernel hands out: leave the file alone
     try:

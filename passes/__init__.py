@@ -21,6 +21,7 @@ from ._infra import (
     PipelineError,
     Property,
     Repeat,
+    WeightGrowth,
 )
 from .layout import LayoutNhwcPass
 from .normalize import (
@@ -90,4 +91,4 @@ PASSES: Mapping[str, type[Pass]] = _PassTable(   # in default-pipeline order (`m
 )
 
 __all__ = ["ALL", "PASSES", "REWRITES", "ContractError", "Pass", "PassContext", "PassError", "PassManager", "PassRecord", "PassResult",
-           "PipelineError", "Property", "Repeat"]
+           "PipelineError", "Property", "Repeat", "WeightGrowth"]

@@ -743,8 +743,20 @@ def _constant_defaults(m: Model) -> None:
     They become plain initializers, and the model IR 4 (which allows initializers that are not
     inputs): the passes may fold them like any constant, and the interface lists what a caller
     gives."""
-    m.graph.inputs = [v for v in m.graph.inputs if v.const is None]
+    weights_not_inputs(m)
     m.ir_version = 4
+
+
+def weights_not_inputs(model: Model) -> list[str]:
+    """Initializers that the main graph also lists as inputs become weights only: the interface
+    is what a caller must feed, and the passes may fold them, so weights the folding replaced go
+    instead of staying as inputs nothing uses. Returns their names. (Before IR 4 the reading is
+    onnxruntime's own; from IR 4 on, convert's default, --initializer-inputs weights.)"""
+    g = model.graph
+    taken = [v.name for v in g.inputs if v.const is not None]
+    if taken:
+        g.inputs = [v for v in g.inputs if v.const is None]
+    return taken
 
 
 def _dim(d: onnx.TensorShapeProto.Dimension):  # noqa: ANN202

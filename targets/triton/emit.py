@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from mcp_compiler.errors import OutputError, OutputExistsError, UsageError
-from mcp_compiler.files import follow_umask, write_error
+from mcp_compiler.files import follow_umask, pid_alive, write_error
 from mcp_compiler.ir import Model
 from mcp_compiler.lower import write_onnx
 from mcp_compiler.mcpir import write_mcpir
@@ -312,18 +312,8 @@ def _remove_stale(staging: Path, name: str) -> None:
     """Staging folders of converts that died (their pid is gone)."""
     for p in staging.glob(f"{name}.*.tmp*"):  # and the .old entry a swap had moved aside
         pid = p.name[len(name) + 1:].split(".", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             _remove(p)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager
