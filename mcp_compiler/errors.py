@@ -123,3 +123,14 @@ class TimeoutExceededError(McpError):
     """A command ran past its --timeout (verify: a model that runs forever, e.g. a huge Loop)."""
 
     exit_code = 1
+
+
+def one_line(text: str, limit: int = 600) -> str:
+    """A message of several lines as one, never cut inside a sentence: the whole of it when it
+    fits in `limit` characters, else the sentences that fit and a count of what was left out."""
+    words = " ".join(text.split())
+    if len(words) <= limit:
+        return words
+    cut = max(words.rfind(". ", 0, limit), words.rfind(": ", 0, limit))
+    head = words[:cut + 1] if cut > 0 else words[:limit].rsplit(" ", 1)[0]
+    return f"{head} (... {len(words) - len(head)} more characters)"

@@ -205,8 +205,6 @@ def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto
     gives a feeds -> outputs function as the served runtime runs it, or raises. With `runtime`
     or `precision` forced, only those candidates can win (onnxruntime fp32 is still the
     reference)."""
-    from .inputs import make
-
     start = clock()
     m = m or machine()
     cands = candidates(m, runtime, precision)
@@ -221,9 +219,8 @@ def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto
     if base.key not in runs:
         raise UsageError(f"the model does not load in onnxruntime: {base.dropped}")
     p = _request_plan(model, dims or {}, runs[base.key], prof)
-    batch = 1 if any(sh and isinstance(sh[0], str) for sh in p.shapes.values()) else None
-    select = [make(model, p, np.random.default_rng(SELECT_SEED + k), batch=batch) for k in range(SELECT_SAMPLES)]
-    judge = [make(model, p, np.random.default_rng(JUDGE_SEED + k), batch=batch) for k in range(JUDGE_SAMPLES)]
+    select = [_request(model, p, SELECT_SEED + k) for k in range(SELECT_SAMPLES)]
+    judge = [_request(model, p, JUDGE_SEED + k) for k in range(JUDGE_SAMPLES)]
     prof.select_samples, prof.judge_samples = len(select), len(judge)
     want = [runs[base.key](f) for f in select]
     for c in cands[1:]:
@@ -255,9 +252,13 @@ def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto
 def request(model, run: Callable, dims: dict[str, int] | None = None, seed: int = SELECT_SEED) -> dict:  # noqa: ANN001
     """One request as the profile measures it (batch 1, free sizes at their request sizes): what
     a benchmark sends to compare executions on the same footing."""
+    return _request(model, _request_plan(model, dims or {}, run, Profile({}, [])), seed)
+
+
+def _request(model, p, seed: int) -> dict:  # noqa: ANN001 - an IR Model, an InputPlan
+    """One sample of plan `p`, batch 1 where the model batches."""
     from .inputs import make
 
-    p = _request_plan(model, dims or {}, run, Profile({}, []))
     batch = 1 if any(sh and isinstance(sh[0], str) for sh in p.shapes.values()) else None
     return make(model, p, np.random.default_rng(seed), batch=batch)
 
@@ -339,31 +340,18 @@ def _pick(live: list[Candidate], base: Candidate, prof: Profile, runtime: str, p
 
 
 def _accuracy(want: list[list], got: list[list]) -> dict[str, float]:
-    """The worst output over the samples: cosine (lowest), rel = ||got - want|| / ||want|| (highest)."""
+    """The worst output over the samples (reference.compare's numbers): cosine (lowest), rel =
+    ||got - want|| / ||want|| (highest), max abs. An output within ATOL of the reference
+    everywhere counts as equal: the cosine of ~1e-7 probabilities says nothing."""
+    from .reference import compare
+
     cos, rel, max_abs = 1.0, 0.0, 0.0
     for w_outs, g_outs in zip(want, got):
         for w, g in zip(w_outs, g_outs):
-            w, g = np.asarray(w), np.asarray(g)
-            if w.shape != g.shape:
-                return {"cos": 0.0, "rel": float("inf"), "max_abs": float("inf")}
-            if w.dtype.kind not in "fc":
-                same = bool(np.array_equal(w, g))
-                cos, rel = min(cos, 1.0 if same else 0.0), max(rel, 0.0 if same else 1.0)
-                continue
-            a, b = w.astype(np.float64).ravel(), g.astype(np.float64).ravel()
-            if not (np.isfinite(a).all() and np.isfinite(b).all()):
-                if not np.array_equal(np.isfinite(a), np.isfinite(b)):
-                    return {"cos": 0.0, "rel": float("inf"), "max_abs": float("inf")}
-                keep = np.isfinite(a)
-                a, b = a[keep], b[keep]
-            diff = float(np.abs(a - b).max(initial=0.0))
+            diff, _, c, _, _, _, r = compare(w, g, 0.0, ATOL)
             max_abs = max(max_abs, diff)
-            if diff <= ATOL:   # (an output of ~1e-7 probabilities: its cosine says nothing)
-                continue
-            na, nb = np.linalg.norm(a), np.linalg.norm(b)
-            c = float(a @ b / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
-            r = float(np.linalg.norm(a - b) / na) if na > 0 else (0.0 if nb == 0 else float("inf"))
-            cos, rel = min(cos, c), max(rel, r)
+            if diff > ATOL:
+                cos, rel = min(cos, c), max(rel, r)
     return {"cos": round(cos, 7), "rel": float(f"{rel:.4g}"), "max_abs": float(f"{max_abs:.4g}")}
 
 
@@ -380,5 +368,6 @@ def _acc_text(acc: dict[str, float]) -> str:
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else type(e).__name__)[:300]
+    from .errors import one_line
+
+    return one_line(str(e), 300) or type(e).__name__

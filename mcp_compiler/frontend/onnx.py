@@ -15,7 +15,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
-from ..errors import InvalidModelError, McpError, UnsupportedError
+from ..errors import InvalidModelError, McpError, UnsupportedError, one_line
 from ..forked import Beside, can_fork
 from ..ir.build import GraphBuilder
 from ..ir.graph import Attribute, AttrType, Function, Graph, Model, Value
@@ -151,17 +151,6 @@ def _verdict(path: Path, light: onnx.ModelProto, check: bool, infer: bool,
         return None, None, onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False)
     except Exception as e:  # noqa: BLE001 - onnx raises many kinds; the model is still usable
         return None, one_line(str(e)) or type(e).__name__, None
-
-
-def one_line(text: str, limit: int = 600) -> str:
-    """A message of several lines as one, never cut inside a sentence: the whole of it when it
-    fits in `limit` characters, else the sentences that fit and a count of what was left out."""
-    words = " ".join(text.split())
-    if len(words) <= limit:
-        return words
-    cut = max(words.rfind(". ", 0, limit), words.rfind(": ", 0, limit))
-    head = words[:cut + 1] if cut > 0 else words[:limit].rsplit(" ", 1)[0]
-    return f"{head} (... {len(words) - len(head)} more characters)"
 
 
 def sort_nodes(g: onnx.GraphProto, path: object = None, depth: int = 0) -> bool:
