@@ -21,32 +21,36 @@ TRITON = {"nv_inference_request_success": "success", "nv_inference_request_failu
           "nv_inference_compute_infer_duration_us": "infer_us"}
 
 
-def metrics_url(url: str) -> str:
-    """http://HOST:PORT/metrics from HOST:PORT, http://HOST:PORT or the full URL. Only http(s)
-    with a host, no credentials and no control characters: anything else (`file:///etc/passwd`,
-    `javascript:`, a newline) is one usage line that does not echo what was given after a scheme's
-    credentials."""
+def http_url(value: str, flag: str) -> str:
+    """An http(s) URL given on the command line, checked whole before it is used: printable
+    ASCII (no spaces or newlines), a scheme of http or https (`http://` added to HOST:PORT), a
+    host, a port that parses, no credentials (never echoed back). One usage line naming `flag`
+    otherwise (`file:///etc/passwd`, `javascript:`, `http://[::1`)."""
     from urllib.parse import urlsplit
 
     from mcp_compiler.errors import UsageError
 
-    text = url.strip()
-    if not text or any(ord(c) < 32 or ord(c) == 127 for c in text) or not text.isascii():
-        raise UsageError("--metrics-url: expected http://HOST:PORT (printable ASCII, no spaces or newlines)")
+    text = value.strip()
+    if not text or not text.isascii() or any(ord(c) < 33 or ord(c) == 127 for c in text):
+        raise UsageError(f"{flag}: expected http://HOST:PORT (printable ASCII, no spaces or newlines)")
     text = text if "://" in text else f"http://{text}"
     try:
         parts = urlsplit(text)
-        port = parts.port
+        parts.port   # noqa: B018 - raises on a port that is no number
     except ValueError:
-        raise UsageError("--metrics-url: expected http://HOST:PORT, e.g. http://127.0.0.1:8002") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"--metrics-url: expected an http:// or https:// URL with a host, got scheme "
-                         f"{parts.scheme!r}" if parts.scheme not in ("http", "https") else
-                         "--metrics-url: expected http://HOST:PORT (no host given)")
+        raise UsageError(f"{flag}: expected http://HOST:PORT, e.g. http://127.0.0.1:8002") from None
+    if parts.scheme not in ("http", "https"):
+        raise UsageError(f"{flag}: expected an http:// or https:// URL with a host, got scheme {parts.scheme!r}")
+    if not parts.hostname:
+        raise UsageError(f"{flag}: expected http://HOST:PORT (no host given)")
     if parts.username or parts.password:
-        raise UsageError("--metrics-url: credentials in the URL are not accepted (Triton's metrics port has no "
-                         "authentication of its own)")
-    del port
+        raise UsageError(f"{flag}: credentials in the URL are not accepted")
+    return text
+
+
+def metrics_url(url: str) -> str:
+    """http://HOST:PORT/metrics from HOST:PORT, http://HOST:PORT or the full URL (http_url's rules)."""
+    text = http_url(url, "--metrics-url")
     return text if text.rstrip("/").endswith("/metrics") else text.rstrip("/") + "/metrics"
 
 

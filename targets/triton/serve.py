@@ -90,24 +90,14 @@ TRACE_LEVELS = ("TIMESTAMPS", "TENSORS")
 
 def _collector_url(value: str) -> str:
     """An OTLP/HTTP collector's URL, checked whole before the server starts (a malformed one
-    killed the relay's forwarding thread later): http(s), a host, a port that parses, printable
-    ASCII, no credentials; /v1/traces added when no path is given."""
+    killed the relay's forwarding thread later: metrics.http_url's rules); /v1/traces added when
+    no path is given."""
     from urllib.parse import urlsplit
 
-    bad = f"--trace otlp={value!r}: expected an OTLP/HTTP collector, http://HOST:PORT[/v1/traces]"
-    url = value.strip()
-    if not url.isascii() or any(ord(c) < 33 or ord(c) == 127 for c in url):
-        raise UsageError(bad)
-    if "://" not in url:
-        url = "http://" + url
-    try:
-        parts = urlsplit(url)
-        parts.port   # noqa: B018 - raises on a port that is no number
-    except ValueError:
-        raise UsageError(bad) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
-        raise UsageError(bad)
-    if not parts.path or parts.path == "/":
+    from .metrics import http_url
+
+    url = http_url(value, f"--trace otlp={value.strip()!r}")
+    if urlsplit(url).path in ("", "/"):
         url = url.rstrip("/") + "/v1/traces"
     return url
 
