@@ -37,6 +37,19 @@ def read_config(entry: str | os.PathLike, *, missing: str | None = None) -> Any:
         raise InvalidModelError(path, f"not a valid config.pbtxt: {e}") from None
 
 
+def int_parameter(cfg: Any, key: str, *, digits: int, where: object = "config.pbtxt") -> int:
+    """A whole-number parameter of a ModelConfig ("" or absent: 0). Anything else (`abc`, 10^20,
+    `٣`) is one usage line naming `where` (the config's path), never an internal error or an
+    integer nobody can serve."""
+    text = cfg.parameters[key].string_value.strip() if key in cfg.parameters else ""
+    if not text:
+        return 0
+    if not (text.isascii() and text.isdigit()) or len(text) > digits:
+        raise UsageError(f"{where}: parameter {key} must be a whole number of at most {digits} digits, "
+                         f"got {text[:20]!r}")
+    return int(text)
+
+
 def version_dirs(entry: str | os.PathLike) -> list[tuple[int, Path]]:
     """The version folders of DIR/NAME as (number, folder), oldest first. Only ASCII digits name
     a version (Triton's own rule: `²` or `٣` is no version folder)."""

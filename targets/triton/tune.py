@@ -46,6 +46,7 @@ from typing import Any, Callable
 from mcp_compiler.errors import McpError, UsageError
 
 from .bench import Served, load_model, measure_points, served, unload_model
+from .entry import int_parameter
 from .loadgen import WARMUP_S, Load, Point
 
 DELAYS_US = (0, 100, 500, 2000)
@@ -81,13 +82,12 @@ class Setting:
     def of(cls, cfg: Any) -> Setting:
         db = cfg.dynamic_batching if cfg.HasField("dynamic_batching") else None
         q = db.default_queue_policy if db is not None else None
-        threads = cfg.parameters["intra_op_threads"].string_value if "intra_op_threads" in cfg.parameters else ""
         p = cfg.parameters
         execution = (f"{p['mcp_execution'].string_value}/{p['mcp_precision'].string_value}"
                      if "mcp_execution" in p and "mcp_precision" in p else "onnxruntime/f32")
         return cls(db is not None, cfg.max_batch_size, tuple(db.preferred_batch_size) if db else (),
                    db.max_queue_delay_microseconds if db else 0,
-                   sum(g.count or 1 for g in cfg.instance_group) or 1, _int(threads, "intra_op_threads"),
+                   sum(g.count or 1 for g in cfg.instance_group) or 1, int_parameter(cfg, "intra_op_threads", digits=6),
                    q.max_queue_size if q else 0, (q.default_timeout_microseconds // 1000) if q else 0,
                    execution, p["mcp_budget"].string_value if "mcp_budget" in p else "")
 
@@ -404,16 +404,6 @@ class _Search:
             return b.setting
         measured = [t for t in self.trials if t.point and t.point.p99_ms is not None]
         return min(measured, key=lambda t: t.point.p99_ms).setting if measured else baseline.setting
-
-
-def _int(text: str, key: str) -> int:
-    """An integer parameter of the entry's config ("" is 0); anything else one clean error."""
-    text = (text or "").strip()
-    if not text:
-        return 0
-    if not (text.isascii() and text.isdigit()) or len(text) > 6:
-        raise UsageError(f"config.pbtxt: parameter {key} must be a whole number of at most 6 digits, got {text[:20]!r}")
-    return int(text)
 
 
 def _executions(entry: Path, s: Served, notes: list[str], say: Callable[[str], None]) -> list[tuple[str, str]]:
