@@ -238,9 +238,8 @@ def compare_with_original(input: str | os.PathLike, emitted, report: VerifyRepor
     run = emitted(pin=True) if report.pinned_random else emitted()
     got = _compare_all(report, run, feeds, names, wants)
     if default_wants is not None:
-        for name in names:
-            rows = [compare(w[i], g[i], report.rtol, report.atol) for w, g in zip(default_wants, got)
-                    for i in [names.index(name)]]
+        for i, name in enumerate(names):
+            rows = [compare(w[i], g[i], report.rtol, report.atol) for w, g in zip(default_wants, got)]
             report.as_user_runs.append({"name": name, "max_abs": max(r[0] for r in rows),
                                         "max_rel": max(r[1] for r in rows), "cosine": min(r[2] for r in rows)})
     return report

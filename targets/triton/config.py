@@ -59,6 +59,9 @@ def interface(model: Model) -> tuple[list[Value], list[Value]]:
     return inputs, list(model.graph.outputs)
 
 
+SCALAR_BLOCKER = "is a scalar (rank 0), which has no batch axis"
+
+
 def batch_blocker(model: Model) -> str | None:
     """Why dynamic batching is impossible (naming the value), or None when every input and
     output has the same symbol at axis 0."""
@@ -69,7 +72,7 @@ def batch_blocker(model: Model) -> str | None:
         if not isinstance(t, TensorType) or t.shape is None:
             return f"{kind} {v.name!r} has no known rank"
         if not t.shape:
-            return f"{kind} {v.name!r} is a scalar (rank 0), which has no batch axis"
+            return f"{kind} {v.name!r} {SCALAR_BLOCKER}"
     first = inputs[0].type.shape[0] if inputs else None
     batch = first if isinstance(first, str) else None
     for kind, v in values:
@@ -124,7 +127,7 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
     elif p.dynamic_batch is True and blocker:
         raise UsageError(f"--dynamic-batch: cannot batch this model: {blocker}")
     elif p.dynamic_batch is not False:
-        if blocker and "is a scalar (rank 0)" in blocker:
+        if blocker and blocker.endswith(SCALAR_BLOCKER):   # no problem, the scalar's own note says how it travels
             warnings.append(Note(f"dynamic batching off (max_batch_size 0): {blocker}"))
         elif blocker:
             warnings.append(f"dynamic batching off (max_batch_size 0): {blocker}")
@@ -206,8 +209,6 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
         params.update({"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"})
         if p.precision == "bf16":
             params["HINT_BF16"] = "YES"
-        if p.runtime != "onnxruntime":
-            raise UsageError("--runtime goes with --backend python (Triton's OpenVINO backend runs the model itself)")
     if backend == "python":
         params["mcp_runtime"] = "model.mcpir"
         if p.runtime == "openvino" and p.precision in ("f32", "bf16"):   # fixed by the user; auto: emit's profile

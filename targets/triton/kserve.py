@@ -400,15 +400,11 @@ def to_yaml(docs: list[dict]) -> str:
 
 
 def check_output_folder(m: Manifests, out: Path, force: bool) -> None:
-    """`-o` as the other commands take an output: a real folder name (not empty, not a file, not
-    a special path), and the manifests it already holds kept unless --force. Checked before
-    anything is written."""
+    """`-o` as the other commands take an output: a folder (not a file, not a special path), and
+    the manifests it already holds kept unless --force. Checked before anything is written."""
     from mcp_compiler.files import check_output
 
-    if not str(out).strip():
-        raise UsageError("-o/--output: give a folder for the manifests (an empty name would write into the "
-                         "current folder)")
-    check_output(out, "-o/--output", directory=True)
+    check_output(out, "-o/--output", directory=True)   # (an empty -o is refused where it is still a string)
     names = list(m.files) + (["Dockerfile"] if m.dockerfile else [])
     there = [n for n in names if (out / n).exists()]
     if there and not force:

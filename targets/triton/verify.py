@@ -64,10 +64,6 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     _check_same_interface(Path(input), cfg, model_dir)
     vdir = _latest_version(model_dir)
     backend = cfg.backend or "onnxruntime"
-    if backend == "python" and (vdir / "model.mcpir").exists():
-        from mcp_compiler.mcpir import read_mcpir
-
-        read_mcpir(vdir / "model.mcpir")   # a corrupt or truncated file: InvalidModelError naming it
     level = cfg.parameters["quantization_level"].string_value if "quantization_level" in cfg.parameters else "none"
     params = {k: v.string_value for k, v in cfg.parameters.items()}
     recorded = _recorded_budget(params, model_dir)
@@ -108,7 +104,7 @@ def _verify_sequence(original: Path, vdir: Path, cfg, report: VerifyReport) -> N
     model = load_onnx(original, check=False, infer_shapes=False).model
     feeds, _ = sample_inputs(model, report.dims, SEQUENCE_STEPS, run=lambda f: sess.run(None, f))
     rt = load_runtime(vdir)
-    served = rt.MCPIRModel(vdir / "model.mcpir", options=session_options(), prepack=False)
+    served = _runtime_model(rt, vdir, options=session_options(), prepack=False)
     table = rt.SequenceState(pairs)
     outs = [o.name for o in cfg.output]
     state = {p["input"]: np.zeros(p["shape"], np.dtype(p["dtype"])) for p in pairs}
@@ -173,6 +169,15 @@ def _recorded_budget(params: dict[str, str], entry: Path) -> dict[str, float]:
         raise InvalidModelError(entry / "config.pbtxt", f"parameter mcp_budget is not a budget: {text[:80]!r}") from None
 
 
+def _runtime_model(rt, vdir: Path, **kw):  # noqa: ANN001, ANN202 - the entry's mcp_runtime; its MCPIRModel
+    """The entry's model in its own runtime; a corrupt or truncated .mcpir (the runtime's
+    MCPIRError, which names the file) is the input error it is, exit 2, never an internal one."""
+    try:
+        return rt.MCPIRModel(vdir / "model.mcpir", **kw)
+    except rt.MCPIRError as e:
+        raise InvalidModelError(None, str(e)) from None
+
+
 def _emitted_runner(backend: str, vdir: Path, pin: bool = False,  # noqa: ANN202 - feeds -> outputs
                     dequantize_at_load: bool = False, execution: tuple[str, str] = ("onnxruntime", "f32")):
     """The entry's model as its serving runtime runs it; with `pin`, its random nodes seeded as the
@@ -198,8 +203,8 @@ def _emitted_runner(backend: str, vdir: Path, pin: bool = False,  # noqa: ANN202
             how = rt.execution(*execution)
         except rt.MCPIRError as e:
             raise InvalidModelError(vdir.parent / "config.pbtxt", str(e)) from None
-        emitted = rt.MCPIRModel(vdir / "model.mcpir", options=session_options(), prepack=False,
-                                dequantize_at_load=dequantize_at_load, **how)
+        emitted = _runtime_model(rt, vdir, options=session_options(), prepack=False,
+                                 dequantize_at_load=dequantize_at_load, **how)
         return emitted.run
     import onnxruntime as ort
 
