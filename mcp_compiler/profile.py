@@ -146,6 +146,11 @@ class Candidate:
         return asdict(self)
 
 
+def budget_for(precision: str) -> dict[str, float]:
+    """What an execution at `precision` is judged by against onnxruntime fp32 (a copy)."""
+    return dict(ENGINE_BUDGET if precision == "f32" else PRECISION_BUDGET)
+
+
 def candidates(m: Machine, runtime: str = "auto", precision: str = "auto") -> list[Candidate]:
     """The executions worth measuring on `m` for what the user asked (onnxruntime fp32 first:
     the baseline every other one is measured and checked against)."""
@@ -162,16 +167,16 @@ def candidates(m: Machine, runtime: str = "auto", precision: str = "auto") -> li
                 raise UsageError("--runtime openvino: OpenVINO is not installed (pip install 'mcp-cli[openvino]')")
         else:
             if precision in ("auto", "f32"):
-                out.append(Candidate("openvino", "f32", dict(ENGINE_BUDGET)))
+                out.append(Candidate("openvino", "f32", budget_for("f32")))
             if precision == "bf16" or (precision == "auto" and m.native_bf16):
-                out.append(Candidate("openvino", "bf16", dict(PRECISION_BUDGET)))
+                out.append(Candidate("openvino", "bf16", budget_for("bf16")))
     if runtime == "auto" and precision in ("auto", "f32"):
         if "CUDAExecutionProvider" in m.ort_providers and m.gpus:
-            out.append(Candidate("onnxruntime-cuda", "f32", dict(ENGINE_BUDGET)))
+            out.append(Candidate("onnxruntime-cuda", "f32", budget_for("f32")))
         if "TensorrtExecutionProvider" in m.ort_providers and m.gpus:
-            out.append(Candidate("onnxruntime-tensorrt", "f32", dict(ENGINE_BUDGET)))
+            out.append(Candidate("onnxruntime-tensorrt", "f32", budget_for("f32")))
             if precision == "auto":
-                out.append(Candidate("onnxruntime-tensorrt", "f16", dict(PRECISION_BUDGET)))
+                out.append(Candidate("onnxruntime-tensorrt", "f16", budget_for("f16")))
     return out
 
 

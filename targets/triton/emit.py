@@ -128,19 +128,14 @@ def _choose_execution(model: Model, vdir: Path, cfg, params: ServingParams, warn
 
     from mcp_compiler import profile as prof
 
-    from .verify import load_runtime
+    from .verify import execution_loader
 
     if "mcp_execution" in cfg.parameters:   # fixed by the user: nothing to measure
-        budget = prof.PRECISION_BUDGET if cfg.parameters["mcp_precision"].string_value != "f32" else prof.ENGINE_BUDGET
+        budget = prof.budget_for(cfg.parameters["mcp_precision"].string_value)
         cfg.parameters["mcp_budget"].string_value = json.dumps(budget, sort_keys=True)
         return None
 
-    rt = load_runtime(vdir)   # the runtime the entry carries, as the server runs it
-
-    def load(c):  # noqa: ANN001, ANN202
-        return rt.MCPIRModel(vdir / "model.mcpir", **rt.execution(c.runtime, c.precision)).run
-
-    p = prof.choose(model, load, runtime=params.runtime, precision=params.precision,
+    p = prof.choose(model, execution_loader(vdir), runtime=params.runtime, precision=params.precision,
                     seconds=float(params.profile_seconds), dims=dict(params.warmup_dims) or None)
     c = p.chosen
     if (c.runtime, c.precision) != ("onnxruntime", "f32"):

@@ -415,17 +415,14 @@ def _executions(entry: Path, s: Served, notes: list[str], say: Callable[[str], N
     from mcp_compiler.mcpir import read_mcpir
 
     from .entry import version_dirs
-    from .verify import load_runtime
+    from .verify import execution_loader
 
     vdir = version_dirs(entry)[-1][1]   # the newest, by number
     if prof.openvino_version() is None:
         notes.append("OpenVINO is not installed: the execution is not searched (pip install 'mcp-cli[openvino]')")
         return []
-    rt = load_runtime(vdir)
     say("profiling the executions this machine has (accuracy against onnxruntime fp32)")
-    p = prof.choose(read_mcpir(vdir / "model.mcpir"),
-                    lambda c: rt.MCPIRModel(vdir / "model.mcpir", **rt.execution(c.runtime, c.precision)).run,
-                    seconds=10.0)
+    p = prof.choose(read_mcpir(vdir / "model.mcpir"), execution_loader(vdir), seconds=10.0)
     kept = [(c.key, _json_mod.dumps(c.budget, sort_keys=True) if c.budget else "") for c in p.candidates
             if not c.dropped]
     for c in p.candidates:

@@ -169,6 +169,16 @@ def _recorded_budget(params: dict[str, str], entry: Path) -> dict[str, float]:
         raise InvalidModelError(entry / "config.pbtxt", f"parameter mcp_budget is not a budget: {text[:80]!r}") from None
 
 
+def execution_loader(vdir: Path):  # noqa: ANN201 - profile.Loader
+    """For mcp_compiler.profile: a candidate execution -> the entry's model run that way by the
+    runtime the entry carries, as the server runs it (feeds -> outputs)."""
+    rt = load_runtime(vdir)
+
+    def load(c):  # noqa: ANN001, ANN202 - a profile.Candidate
+        return rt.MCPIRModel(vdir / "model.mcpir", **rt.execution(c.runtime, c.precision)).run
+    return load
+
+
 def _runtime_model(rt, vdir: Path, **kw):  # noqa: ANN001, ANN202 - the entry's mcp_runtime; its MCPIRModel
     """The entry's model in its own runtime; a corrupt or truncated .mcpir (the runtime's
     MCPIRError, which names the file) is the input error it is, exit 2, never an internal one."""
