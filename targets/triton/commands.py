@@ -936,8 +936,11 @@ def tune(
         if not json_out:
             _tuned(rep, r, apply_best)
         if r.best is None:
-            seen = [t.point.p99_ms for t in r.trials if t.point and t.point.p99_ms is not None]
-            best_p99 = f"{min(seen)} ms" if seen else "none (every trial failed)"
+            from .tune import describe as _short
+
+            t = _closest_trial(r)
+            best_p99 = (f"{t.point.p99_ms} ms ({_short(t.setting)}, {t.point.throughput:.1f} req/s)" if t
+                        else "none (every trial failed)")
             raise SloNotMetError(f"no trial met p99 <= {slo_p99_ms:g} ms at {r.load} without errors; "
                                  f"the best p99 seen: {best_p99}")
 
@@ -974,14 +977,18 @@ def _tuned(rep, r, apply_best: bool) -> None:  # noqa: ANN001 - tune.TuneReport
         rep.out.print(f"  {why}: config.pbtxt left as it is", markup=False)
 
 
+def _closest_trial(r):  # noqa: ANN001, ANN202 - tune.TuneReport -> its Trial with the lowest p99, or None
+    measured = [t for t in r.trials if t.point is not None and t.point.p99_ms is not None]
+    return min(measured, key=lambda x: x.point.p99_ms) if measured else None
+
+
 def _closest(r) -> str:  # noqa: ANN001 - tune.TuneReport
     """No trial met the SLO: which came closest (the lowest p99), and what it gave."""
     from .tune import describe as _short
 
-    measured = [t for t in [r.baseline, *r.trials] if t.point is not None and t.point.p99_ms is not None]
-    if not measured:
+    t = _closest_trial(r)
+    if t is None:
         return "no trial met the SLO (every trial failed)"
-    t = min(measured, key=lambda x: x.point.p99_ms)
     return (f"no trial met the SLO; the closest was {_short(t.setting)}: p99 {t.point.p99_ms} ms, "
             f"{t.point.throughput:.1f} req/s")
 

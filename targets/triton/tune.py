@@ -9,13 +9,13 @@ stages, each stage starting from the best setting so far:
    without batching gets it when its model has one batch dim on every input and output: the
    config then loses that leading dim, max batch 8);
 2. instance count and onnxruntime intra-op threads within the cores (instances x threads <= cores);
-3. max and preferred batch size around the load (batching models).
-
-Before them, for a python-backend entry, the execution (stage 0): the runtime profile
-(mcp_compiler.profile) runs on the entry's .mcpir in this process, and every execution it keeps
-(one that compiles and stays within its accuracy budget: OpenVINO f32, bf16 on a CPU with native
-bf16) is a trial, served and measured like the others. A change of execution is applied, as any
-setting, only when the confirmation below finds it a win.
+3. max and preferred batch size around the load (batching models);
+4. after them, for a python-backend entry, the execution: the runtime profile
+   (mcp_compiler.profile) runs on the entry's .mcpir in this process, in the time the budget has
+   left (at most PROFILE_S), and every execution it keeps (one that compiles and stays within its
+   accuracy budget: OpenVINO f32, bf16 on a CPU with native bf16) is a trial, served and measured
+   like the others. A change of execution is applied, as any setting, only when the
+   confirmation below finds it a win.
 
 The best trial is the highest throughput whose p99 meets the SLO with no failed request (or, with
 objective "latency", the lowest p99). Settings that are the same on this machine (intra-op threads
@@ -55,6 +55,7 @@ CONFIRM_MARGIN = 0.05
 BOOTSTRAP = 2000
 DEFAULT_MAX_BATCH = 8         # when tune turns batching on (convert's default)
 LOAD_SECONDS = 3.0            # a reload, roughly (python backend + onnxruntime session)
+PROFILE_S, PROFILE_MIN_S = 10.0, 3.0   # the execution stage's profile: its bound, and the least worth running
 
 
 class SloNotMetError(McpError):
@@ -247,11 +248,24 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
         try:
             baseline = search.run(Setting.of(original), "baseline")
             say(_line(0, baseline, None, slo_p99_ms))
-            executions = _executions(Path(entry), s, notes, say) if original.backend == "python" else []
-            stages = [lambda start, *_: [replace(start, execution=e, budget=b) for e, b in executions
-                                         if e != start.execution],
-                      _batching, _instances, _batch_sizes]
-            for stage in stages:
+            def executions(start: Setting, *_: Any) -> list[Setting]:
+                # last, in the time the other stages left: the profile is bounded by what remains
+                from mcp_compiler.profile import openvino_version
+
+                left = budget_s - (time.monotonic() - t0) - most - confirm
+                if original.backend != "python":
+                    return []
+                if openvino_version() is None:
+                    notes.append("OpenVINO is not installed: the execution is not searched "
+                                 "(pip install 'mcp-cli[openvino]')")
+                    return []
+                if left < PROFILE_MIN_S:
+                    notes.append("no time left in --budget-s to profile the executions (OpenVINO): not searched")
+                    return []
+                return [replace(start, execution=e, budget=b)
+                        for e, b in _executions(Path(entry), notes, say, min(PROFILE_S, left)) if e != start.execution]
+
+            for stage in (_batching, _instances, _batch_sizes, executions):
                 for setting in stage(search.best_setting(baseline), cores, load, batchable):
                     if time.monotonic() - t0 + most + confirm > budget_s:
                         break
@@ -406,7 +420,7 @@ class _Search:
         return min(measured, key=lambda t: t.point.p99_ms).setting if measured else baseline.setting
 
 
-def _executions(entry: Path, s: Served, notes: list[str], say: Callable[[str], None]) -> list[tuple[str, str]]:
+def _executions(entry: Path, notes: list[str], say: Callable[[str], None], seconds: float) -> list[tuple[str, str]]:
     """The executions worth a trial: those the runtime profile keeps on this machine (they
     compile and meet their accuracy budget), as (runtime/precision, budget JSON)."""
     import json as _json_mod
@@ -418,11 +432,8 @@ def _executions(entry: Path, s: Served, notes: list[str], say: Callable[[str], N
     from .verify import execution_loader
 
     vdir = version_dirs(entry)[-1][1]   # the newest, by number
-    if prof.openvino_version() is None:
-        notes.append("OpenVINO is not installed: the execution is not searched (pip install 'mcp-cli[openvino]')")
-        return []
     say("profiling the executions this machine has (accuracy against onnxruntime fp32)")
-    p = prof.choose(read_mcpir(vdir / "model.mcpir"), execution_loader(vdir), seconds=10.0)
+    p = prof.choose(read_mcpir(vdir / "model.mcpir"), execution_loader(vdir), seconds=seconds)
     kept = [(c.key, _json_mod.dumps(c.budget, sort_keys=True) if c.budget else "") for c in p.candidates
             if not c.dropped]
     for c in p.candidates:
