@@ -181,34 +181,53 @@ class Serve:
     banner's addresses as matches (`grpc`, `http`, `metrics`: group(1) is the URL)."""
 
     def __init__(self, args: list[str], env: dict | None = None) -> None:
+        import queue
         import re
         import signal
         import subprocess
         import sys
+        import tempfile
+        import threading
         import time
 
         self._signal = signal
+        self._err = tempfile.TemporaryFile("w+")   # a file, not a pipe: stderr never fills and blocks it
         self.p = subprocess.Popen([sys.executable, "-m", "mcp_compiler.cli", "serve", *args, "--http-port", "0",
                                    "--grpc-port", "0", "--metrics-port", "0"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                  stdout=subprocess.PIPE, stderr=self._err, text=True, env=env,
                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.out = ""
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: lines.put(self.p.stdout.readline()), daemon=True).start()
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            line = self.p.stdout.readline()
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = lines.get(timeout=left)
+            except queue.Empty:
+                break   # a server that prints nothing is not waited on forever
             if not line:
                 break
             self.out += line
             if "Ctrl-C stops it" in line:
                 break
+            threading.Thread(target=lambda: lines.put(self.p.stdout.readline()), daemon=True).start()
         self.grpc = re.search(r"gRPC +(grpc://\S+)", self.out)
         self.http = re.search(r"HTTP +(http://\S+)", self.out)
         self.metrics = re.search(r"metrics +(http://\S+)", self.out)
 
     def stop(self) -> tuple[int, str, str]:
+        import subprocess
+
         if self.p.poll() is None:
             self.p.send_signal(self._signal.SIGINT)
-        rest, err = self.p.communicate(timeout=120)
+        try:
+            rest, _ = self.p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            rest, _ = self.p.communicate(timeout=30)
+        self._err.seek(0)
+        err = self._err.read()
+        self._err.close()
         return self.p.returncode, self.out + rest, err
 
 
