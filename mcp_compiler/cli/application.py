@@ -14,7 +14,7 @@ from typer.core import TyperGroup
 
 from mcp_compiler import __version__
 
-from .common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK  # noqa: F401 - the exit-code table
+from .common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, examples, paragraphs  # noqa: F401 - the exit-code table
 from .compile import CONVERT_EXAMPLES, convert, inspect, list_passes, list_targets
 from .zoo import ZOO_EXAMPLES, zoo
 
@@ -122,11 +122,18 @@ def _root(
     """mcp-cli: ONNX -> MCP-IR -> Triton model repository."""
 
 
-app.command(epilog=CONVERT_EXAMPLES)(convert)
-app.command(epilog="[bold]Examples[/bold]\n\n  $ mcp-cli inspect model.onnx\n\n  $ mcp-cli inspect model.mcpir --values --json")(inspect)
-app.command("passes", epilog="[bold]Examples[/bold]\n\n  $ mcp-cli passes --json")(list_passes)
-app.command("targets", epilog="[bold]Examples[/bold]\n\n  $ mcp-cli targets --json")(list_targets)
-app.command(epilog=ZOO_EXAMPLES)(zoo)
+def _register(fn, name: str | None = None, epilog: str | None = None) -> None:  # noqa: ANN001 - a command function
+    """A command, its help written as paragraphs (the terminal wraps them, at any width)."""
+    import inspect
+
+    app.command(name, help=paragraphs(inspect.getdoc(fn) or ""), epilog=epilog)(fn)
+
+
+_register(convert, epilog=CONVERT_EXAMPLES)
+_register(inspect, epilog=examples("mcp-cli inspect model.onnx", "mcp-cli inspect model.mcpir --values --json"))
+_register(list_passes, "passes", epilog=examples("mcp-cli passes --json"))
+_register(list_targets, "targets", epilog=examples("mcp-cli targets --json"))
+_register(zoo, epilog=ZOO_EXAMPLES)
 
 
 def _name(c) -> str:  # noqa: ANN001 - typer's CommandInfo
@@ -146,7 +153,7 @@ def with_target_commands() -> typer.Typer:
 
         for t in TARGETS.values():
             for fn in t().commands():
-                app.command(fn.__command_name__, epilog=getattr(fn, "__examples__", None))(fn)
+                _register(fn, fn.__command_name__, epilog=getattr(fn, "__examples__", None))
     return app
 
 

@@ -91,10 +91,29 @@ JsonOpt = typer.Option(False, "--json", help="Print one JSON object (for CI): "
                        '{"ok": true, ...} or {"ok": false, "error": {...}}.')
 
 
-def examples(*lines: str) -> str:
-    """An "Examples" epilog for a command's --help."""
-    body = "\n\n".join(f"  $ {line}" for line in lines)
-    return f"[bold]Examples[/bold]\n\n{body}"
+EXAMPLE_WIDTH = 76   # "$ " and the command within an 80-column terminal's help (1 column of padding each side)
+
+
+def examples(*commands: str | tuple[str, ...]) -> str:
+    """An "Examples" epilog for a command's --help: one command a line, each of them pasting whole
+    at 80 columns; a command too long for one line is a tuple of its lines, shown with `\\`
+    continuations."""
+    shown = []
+    for c in commands:
+        lines = (c,) if isinstance(c, str) else c
+        marks = ["$"] + [" "] * (len(lines) - 1)
+        ends = [" \\"] * (len(lines) - 1) + [""]
+        shown.append("\n".join(f"{m} {line}{e}" for m, line, e in zip(marks, lines, ends)))
+    return "[bold]Examples[/bold]\n\n" + "\n\n".join(shown)
+
+
+def paragraphs(text: str) -> str:
+    """A command's help as rich renders it best: each paragraph one line (the terminal wraps it at
+    its own width; a docstring's own line breaks would break sentences mid-way at 80 columns)."""
+    import inspect
+
+    return "\n\n".join(" ".join(line.strip() for line in para.splitlines())
+                       for para in inspect.cleandoc(text).split("\n\n"))
 
 
 class Choice(str, enum.Enum):

@@ -119,8 +119,10 @@ CONVERT_EXAMPLES = examples(
     "mcp-cli convert model.onnx -o model.mcpir",
     "mcp-cli convert model.onnx -o optimized.onnx --verify",
     "mcp-cli convert model.onnx -t triton-v1.12 -o model_repository --verify",
-    "mcp-cli convert model.onnx -t triton-v1.12 --quantize int4 --accuracy-budget cos=0.99",
-    "mcp-cli convert model.onnx -t triton-v1.12 --max-batch-size 16 --preferred-batch-size 4,8 --json")
+    ("mcp-cli convert model.onnx -t triton-v1.12 --quantize int4",
+     "  --accuracy-budget cos=0.99"),
+    ("mcp-cli convert model.onnx -t triton-v1.12 --max-batch-size 16",
+     "  --preferred-batch-size 4,8 --json"))
 
 
 def with_target_flags(fn: Callable) -> Callable:

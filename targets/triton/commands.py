@@ -19,7 +19,7 @@ from mcp_compiler.errors import ServerError, UsageError
 TRITON_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}   # tritonserver's own defaults
 
 
-def command(name: str, *lines: str) -> Callable[[Callable], Callable]:
+def command(name: str, *lines: str | tuple[str, ...]) -> Callable[[Callable], Callable]:
     def mark(fn: Callable) -> Callable:
         fn.__command_name__, fn.__examples__ = name, examples(*lines) if lines else None
         return fn
@@ -34,7 +34,7 @@ class Protocol(Choice):
 @command("serve", "mcp-cli serve model_repository",
          "mcp-cli serve model_repository --grpc-port 0 --json",
          "mcp-cli serve model_repository --allow-unavailable",
-         "mcp-cli serve model_repository --no-load        # start empty, for `deploy` only")
+         "mcp-cli serve model_repository --no-load    # start empty, for `deploy`")
 def serve(
     repository: Path = typer.Argument(..., help="The model repository folder."),
     http_port: Optional[int] = typer.Option(None, "--http-port", min=0, max=65535,
@@ -225,7 +225,7 @@ def _wait(server) -> None:  # noqa: ANN001 - serve.TritonServer
 
 
 @command("verify", "mcp-cli verify model.onnx model_repository/model",
-         "mcp-cli verify model.onnx model_repository/model --samples 4 --dims batch=2 --json")
+         "mcp-cli verify model.onnx repo/model --samples 4 --dims batch=2 --json")
 def verify(
     model: Optional[Path] = typer.Argument(None, help="The original ONNX model.", show_default=False),
     entry: Optional[Path] = typer.Argument(None, help="The emitted entry: DIR/NAME.", show_default=False),
@@ -375,14 +375,17 @@ def with_connection(url_help: str = "The Triton server: grpc://HOST:PORT, http:/
     return decorate
 
 
-@command("deploy", "mcp-cli deploy model_repository/model --url grpc://127.0.0.1:8001",
-         "mcp-cli deploy model_repository/model --url http://127.0.0.1:8000 --model-version 2",
-         "mcp-cli deploy model_repository/model --url triton:8001 --ssl --root-cert ca.pem --rollback-on-failure",
-         "mcp-cli deploy model_repository/model --url 127.0.0.1:8001 --dry-run --json",
-         "mcp-cli deploy model_repository/model --kserve --storage-uri s3://bucket/model_repository "
-         "--image registry/mcp-triton:24.10 --min-replicas 1 --max-replicas 4 -o manifests/",
-         "mcp-cli deploy model_repository/model --kserve ... --from-tune tune.json --canary-percent 10",
-         "mcp-cli deploy model_repository/model --kserve --dockerfile > Dockerfile")
+@command("deploy", "mcp-cli deploy repo/model --url grpc://127.0.0.1:8001",
+         "mcp-cli deploy repo/model --url http://127.0.0.1:8000 --model-version 2",
+         ("mcp-cli deploy repo/model --url triton:8001 --ssl --root-cert ca.pem",
+          "  --rollback-on-failure"),
+         "mcp-cli deploy repo/model --url 127.0.0.1:8001 --dry-run --json",
+         ("mcp-cli deploy repo/model --kserve --storage-uri s3://bucket/repo",
+          "  --image registry/mcp-triton:24.10 --min-replicas 1 --max-replicas 4",
+          "  -o manifests/"),
+         ("mcp-cli deploy repo/model --kserve --storage-uri s3://bucket/repo",
+          "  --from-tune tune.json --canary-percent 10 -o manifests/"),
+         "mcp-cli deploy repo/model --kserve --dockerfile > Dockerfile")
 @with_connection()
 def deploy(
     entry: Path = typer.Argument(..., help="The repository entry to push: DIR/NAME."),
@@ -558,7 +561,8 @@ def _deployed(rep, r, conn) -> None:  # noqa: ANN001
 
 
 @command("status", "mcp-cli status --url grpc://127.0.0.1:8001", "mcp-cli status --url http://127.0.0.1:8000 --json",
-         "mcp-cli status --url grpc://127.0.0.1:8001 --metrics --metrics-url http://127.0.0.1:8002")
+         ("mcp-cli status --url grpc://127.0.0.1:8001 --metrics",
+          "  --metrics-url http://127.0.0.1:8002"))
 @with_connection()
 def server_status(
     conn: ConnectionFlags = None,
@@ -699,8 +703,8 @@ def _progress(rep):  # noqa: ANN001, ANN202
 
 
 @command("bench", "mcp-cli bench model_repository/model",
-         "mcp-cli bench model_repository/model --concurrency 1,8,32 --batch-size 4 --json",
-         "mcp-cli bench model_repository/model --rate 200,800 --seconds 10 --csv points.csv",
+         "mcp-cli bench repo/model --concurrency 1,8,32 --batch-size 4 --json",
+         "mcp-cli bench repo/model --rate 200,800 --seconds 10 --csv points.csv",
          "mcp-cli bench mymodel --url grpc://127.0.0.1:8001 --concurrency 16")
 @with_connection("A running Triton's gRPC address, grpc://HOST:PORT or HOST:PORT (default: start a local one "
                  "for DIR/NAME).", grpc_only=True)
@@ -859,9 +863,10 @@ class Objective(Choice):
     latency = "latency"
 
 
-@command("tune", "mcp-cli tune model_repository/model --slo-p99-ms 20 --concurrency 16",
-         "mcp-cli tune model_repository/model --slo-p99-ms 5 --rate 500 --budget-s 300 --report r.json --plot p.png",
-         "mcp-cli tune model_repository/model --slo-p99-ms 10 --objective latency --apply")
+@command("tune", "mcp-cli tune repo/model --slo-p99-ms 20 --concurrency 16",
+         ("mcp-cli tune repo/model --slo-p99-ms 5 --rate 500 --budget-s 300",
+          "  --report r.json --plot p.png"),
+         "mcp-cli tune repo/model --slo-p99-ms 10 --objective latency --apply")
 def tune(
     entry: Path = typer.Argument(..., help="The repository entry to tune: DIR/NAME."),
     slo_p99_ms: float = typer.Option(..., "--slo-p99-ms", help="The latency SLO: p99 in milliseconds."),

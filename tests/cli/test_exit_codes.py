@@ -1,4 +1,4 @@
-"""The README's exit-code table is the code's: every McpError class the package defines is a row,
+"""The exit-code table of docs/errors.md is the code's: every McpError class the package defines is a row,
 with the exit code the class carries, and the row's class exists."""
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from mcp_compiler.errors import McpError
 
 
 def _table() -> dict[str, int]:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Exit codes and the error taxonomy"):]
-    section = section[:section.index("\n## ")]
+    section = (ROOT / "docs" / "errors.md").read_text()
     return {m.group(2): int(m.group(1)) for m in re.finditer(r"^\| (\d+) \| `(\w+)` \|", section, re.M)}
 
 
@@ -45,8 +43,8 @@ def test_every_error_class_is_in_the_readme_table_with_its_exit_code():
     table, classes = _table(), _error_classes()
     assert "NotLoadedError" in classes and "DeployError" in classes   # the walk reaches the targets
     missing = sorted(set(classes) - set(table) - {"McpError"})
-    assert not missing, f"error classes missing from the README's exit-code table: {missing}"
+    assert not missing, f"error classes missing from docs/errors.md's exit-code table: {missing}"
     wrong = {n: (table[n], c.exit_code) for n, c in classes.items() if n in table and table[n] != c.exit_code}
-    assert not wrong, f"README code vs class exit_code: {wrong}"
+    assert not wrong, f"docs/errors.md code vs class exit_code: {wrong}"
     stale = sorted(set(table) - set(classes))
-    assert not stale, f"README rows for classes that do not exist: {stale}"
+    assert not stale, f"docs/errors.md rows for classes that do not exist: {stale}"
