@@ -5,7 +5,7 @@ The library's entry points: `compile_model(input, output, CompileOptions(...))` 
 use (`mcp-cli --version` imports none of onnx, onnxruntime or numpy).
 """
 
-from typing import Any
+from __future__ import annotations  # no typing import: a Ctrl-C at start meets mcp-cli's own handler sooner
 
 from ._version import __version__
 
@@ -13,7 +13,7 @@ _LAZY = {"compile_model": "api", "CompileReport": "api", "load_model": "api", "i
          "CompileOptions": "options"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         import importlib
 

@@ -277,21 +277,23 @@ def test_deploy_help_keeps_its_brackets():
 
 
 def test_ctrl_c_while_the_modules_load_is_one_line():
-    """SIGINT in the first ~50 ms (while numpy, onnx, typer load) was a 24-line traceback."""
+    """SIGINT in the first ~50 ms (while numpy, onnx, typer load) was a 24-line traceback; one
+    while typer parsed was exit 130 with nothing said (typer's own silent Exit(130))."""
+    import re
     import signal
     import time
 
-    for delay in (0.05, 0.1, 0.15, 0.2, 0.3):
+    for delay in (0.05, 0.1, 0.12, 0.14, 0.15, 0.16, 0.2, 0.3):
         p = subprocess.Popen([*CLI, "convert", str(MLP), "-o", "/dev/null/x.mcpir"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
-        if "init_import_site" in err:   # the interpreter's own start, before any of mcp-cli runs
-            continue
+        if "Remainder of file ignored" in err or ("Traceback" in err and not re.search(r'File ".*/mcp_compiler/', err)):
+            continue   # the interpreter's own start (site, its .pth files, the console script's first line)
         assert "Traceback" not in err, (delay, err)
         if p.returncode == 130:
-            assert err.strip().splitlines()[-1] == "error: interrupted", err
+            assert err.strip().splitlines()[-1] == "error: interrupted", (delay, err)
 
 
 def test_a_pem_of_another_kind_is_not_a_certificate(tmp_path):

@@ -9,8 +9,6 @@ console script) sets the collector before it loads them.
 
 from __future__ import annotations
 
-from typing import Any
-
 
 def collect_seldom() -> None:
     """A graph of N nodes is some 10 N Python objects, made at once and alive until the command
@@ -24,16 +22,20 @@ def collect_seldom() -> None:
 
 def entry() -> None:
     """The `mcp-cli` console script (application.entry), the collector set before the modules load.
-    A Ctrl-C while the modules load (the first ~50 ms, before a command's own handling) is the same
-    one line and exit 130 as later, not a traceback of the imports."""
+    A Ctrl-C while the modules load (the first ~100 ms, before a command's own handling) is the
+    same one line and exit 130 as later, not a traceback of the imports: until they are loaded it
+    ends the process at once (nothing is written yet), then Ctrl-C is KeyboardInterrupt again."""
+    import _signal as signal  # the signal module's C part: built in, no import of its own (enum)
     import sys
 
+    loading = signal.getsignal(signal.SIGINT) is signal.default_int_handler   # not where it is ignored
+    if loading:
+        signal.signal(signal.SIGINT, _interrupted_while_loading)
     collect_seldom()
-    try:
-        from .application import entry as run
-    except KeyboardInterrupt:
-        sys.stderr.write("error: interrupted\n")
-        raise SystemExit(130) from None
+    from .application import entry as run
+
+    if loading:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         run()
     except KeyboardInterrupt:   # (between parsing and a command's own handler)
@@ -41,7 +43,14 @@ def entry() -> None:
         raise SystemExit(130) from None
 
 
-def __getattr__(name: str) -> Any:
+def _interrupted_while_loading(signum: int, frame: object) -> None:
+    import os
+
+    os.write(2, b"error: interrupted\n")
+    os._exit(130)
+
+
+def __getattr__(name: str) -> object:
     if name in ("app", "main"):
         from . import application
 

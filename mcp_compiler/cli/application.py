@@ -75,13 +75,24 @@ class _Group(TyperGroup):
             _usage_error(e, sys.argv[1:] if args is None else list(args))
             sys.exit(EXIT_BAD_INPUT)
         except (getattr(cx, "Abort", typer.Abort), typer.Abort):
-            sys.stderr.write("error: interrupted\n")
+            _interrupted(sys.argv[1:] if args is None else list(args))
             sys.exit(130)
         except (getattr(cx, "Exit", typer.Exit), typer.Exit) as e:   # --help, --version, a command's exit code
             sys.exit(getattr(e, "exit_code", 0))
+        if rv == 130:   # typer's answer to a Ctrl-C outside a command's body (parsing, its own code): silent
+            _interrupted(sys.argv[1:] if args is None else list(args))
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _interrupted(argv: list[str]) -> None:
+    import json
+
+    sys.stderr.write("error: interrupted\n")
+    if "--json" in argv:
+        sys.stdout.write(json.dumps({"ok": False, "error": {"type": "Interrupted", "message": "interrupted",
+                                                             "exit_code": 130}}, indent=2) + "\n")
 
 
 def _usage_error(e, argv: list[str]) -> None:  # noqa: ANN001 - click.UsageError

@@ -52,7 +52,7 @@ def run(rep, debug: bool, fn: Callable[[], Any]) -> None:  # noqa: ANN001 - repo
         raise typer.Exit(e.exit_code) from None
     except KeyboardInterrupt:
         rep.fail("Interrupted", "interrupted", 130)
-        raise typer.Exit(130) from None
+        raise SystemExit(130) from None   # not typer.Exit(130): that is typer's own silent Ctrl-C (_Group.main)
     except Exception as e:  # noqa: BLE001 - anything else is a bug: say so in one line
         if debug:
             _traceback()
