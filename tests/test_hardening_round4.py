@@ -327,3 +327,21 @@ def test_bench_cold_to_an_unreachable_server_is_one_line(entry):
     for target in (str(entry), "mlp"):
         r = _cli("bench", target, "--cold", "--url", f"grpc://127.0.0.1:{_closed_port()}")
         _one_error(r, 1, "cannot reach Triton")
+
+
+def test_serve_tls_files_are_checked_before_the_server_starts(tmp_path):
+    cert = tmp_path / "cert.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    key = tmp_path / "key.pem"
+    key.write_text("-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args, expect in (
+            (["--tls-cert", str(cert)], ("--tls-cert and --tls-key go together",)),
+            (["--tls-client-ca", str(cert)], ("--tls-client-ca needs --tls-cert",)),
+            (["--tls-cert", str(key), "--tls-key", str(key)], ("holds no CERTIFICATE block", "PRIVATE KEY")),
+            (["--tls-cert", str(cert), "--tls-key", str(cert)], ("key file", "holds no PRIVATE KEY block")),
+            (["--tls-cert", str(cert), "--tls-key", str(tmp_path / "none.key")], ("does not exist",)),
+            (["--tls-cert", str(cert), "--tls-key", str(key), "--tls-client-ca", str(key)], ("holds no CERTIFICATE",))):
+        r = _cli("serve", str(repo), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", *args)
+        _one_error(r, 2, *expect)

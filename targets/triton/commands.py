@@ -34,7 +34,9 @@ class Protocol(Choice):
 @command("serve", "mcp-cli serve model_repository",
          "mcp-cli serve model_repository --grpc-port 0 --json",
          "mcp-cli serve model_repository --allow-unavailable",
-         "mcp-cli serve model_repository --no-load    # start empty, for `deploy`")
+         "mcp-cli serve model_repository --no-load    # start empty, for `deploy`",
+         ("mcp-cli serve repo --tls-cert server.pem --tls-key server.key",
+          "  --tls-client-ca ca.pem"))
 def serve(
     repository: Path = typer.Argument(..., help="The model repository folder."),
     http_port: Optional[int] = typer.Option(None, "--http-port", min=0, max=65535,
@@ -60,6 +62,14 @@ def serve(
                                     rich_help_panel="Tracing", help="What Triton records in its spans."),
     force: bool = typer.Option(False, "--force", rich_help_panel="Tracing",
                                help="Replace an existing --trace file=PATH."),
+    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", rich_help_panel="TLS", dir_okay=False,
+                                            help="The server's certificate (PEM): gRPC over TLS (grpcs://). "
+                                            "Triton's HTTP endpoint has no TLS: it stays on 127.0.0.1 only."),
+    tls_key: Optional[Path] = typer.Option(None, "--tls-key", rich_help_panel="TLS", dir_okay=False,
+                                           help="The private key of --tls-cert (PEM)."),
+    tls_client_ca: Optional[Path] = typer.Option(None, "--tls-client-ca", rich_help_panel="TLS", dir_okay=False,
+                                                 help="Mutual TLS: only clients with a certificate this CA "
+                                                 "signed are served (deploy/status/bench --client-cert)."),
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
     """Start a local Triton Inference Server on 127.0.0.1 for REPOSITORY (Ctrl-C stops it, exit 0).
@@ -70,6 +80,9 @@ def serve(
     that is taken is an error; the defaults are Triton's own (8000, 8001, 8002), each replaced by a
     free port when taken. With --json, one JSON object when the server is ready (its URLs and
     models), then it serves until stopped.
+
+    --tls-cert and --tls-key serve gRPC over TLS (grpcs://), --tls-client-ca with them mutual TLS;
+    the banner prints the deploy line with the flags a client needs.
     """
     rep = reporter(json_out)
 
@@ -90,6 +103,7 @@ def serve(
         # SIGINT too, explicitly: a job a script started with `&` inherits SIGINT ignored.
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        tls = _tls(tls_cert, tls_key, tls_client_ca)
         traced = Trace.parse(trace, trace_rate, trace_level, force=force) if trace is not None else None
         if traced is None and (trace_rate != 1 or trace_level.upper() != "TIMESTAMPS"):
             raise UsageError("--trace-rate and --trace-level go with --trace")
@@ -99,7 +113,8 @@ def serve(
         # the server keeps running when a model fails to load: the failures are reported below
         server = TritonServer(repository, mode=mode, load_all=load_all, http_port=ports["http"],
                               grpc_port=ports["grpc"], metrics_port=ports["metrics"],
-                              extra_args=["--exit-on-error=false", "--strict-readiness=false"], trace=traced)
+                              extra_args=["--exit-on-error=false", "--strict-readiness=false", *tls.args()],
+                              trace=traced)
         failed = True   # until started: a failed start names the log, which is then kept
         try:
             with rep.status("starting tritonserver"):
@@ -111,7 +126,7 @@ def serve(
                 if down and not allow_unavailable:
                     _unavailable(rep, down, len(models))
                 # the Ctrl-C that the last line printed invites may come before _wait's loop starts
-                _serving(rep, server, repository, notes, models, mode)
+                _serving(rep, server, repository, notes, models, mode, tls)
                 _wait(server)
             except KeyboardInterrupt:
                 sys.stderr.write("stopping tritonserver\n")
@@ -162,18 +177,66 @@ def _ports(http: int | None, grpc: int | None, metrics: int | None) -> tuple[dic
     return ports, notes
 
 
-def _serving(rep, server, repository: Path, notes: list[str], models: list[dict], mode: str) -> None:  # noqa: ANN001
-    rep.json({"http": f"http://{server.http_url}", "grpc": f"grpc://{server.grpc_url}",
+class _Tls:
+    """serve's gRPC TLS: the server's certificate and key, and for mutual TLS the CA its clients'
+    certificates must come from (Triton's --grpc-use-ssl[-mutual]); none: plaintext."""
+
+    def __init__(self, cert: Path | None = None, key: Path | None = None, client_ca: Path | None = None) -> None:
+        self.cert, self.key, self.client_ca = cert, key, client_ca
+
+    def __bool__(self) -> bool:
+        return self.cert is not None
+
+    def args(self) -> list[str]:
+        if not self:
+            return []
+        out = ["--grpc-use-ssl=true", f"--grpc-server-cert={self.cert}", f"--grpc-server-key={self.key}"]
+        if self.client_ca is not None:
+            out += ["--grpc-use-ssl-mutual=true", f"--grpc-root-cert={self.client_ca}"]
+        return out
+
+    def client_flags(self) -> str:
+        """What a client adds to its --url grpcs://...: the CA to check this server with (the
+        client CA where given, one CA for both being the usual set-up; else the certificate, right
+        for a self-signed one), and for mutual TLS its own certificate."""
+        flags = f" --root-cert {self.client_ca or self.cert}"
+        return flags + (" --client-cert CLIENT.pem --client-key CLIENT.key" if self.client_ca else "")
+
+
+def _tls(cert: Path | None, key: Path | None, client_ca: Path | None) -> _Tls:
+    """Checked before the server starts: both of --tls-cert and --tls-key or neither, each a PEM
+    of its kind (deploy.pem_path), --tls-client-ca only with them."""
+    from .deploy import pem_path
+
+    if (cert is None) != (key is None):
+        raise UsageError("--tls-cert and --tls-key go together (the server's certificate and its private key)")
+    if client_ca is not None and cert is None:
+        raise UsageError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS first)")
+    if cert is None:
+        return _Tls()
+    return _Tls(*(Path(pem_path(p, kind)).resolve() if p is not None else None
+                  for p, kind in ((cert, "certificate"), (key, "key"), (client_ca, "certificate"))))
+
+
+def _serving(rep, server, repository: Path, notes: list[str], models: list[dict], mode: str,  # noqa: ANN001
+             tls: _Tls | None = None) -> None:
+    tls = tls or _Tls()
+    grpc = f"{'grpcs' if tls else 'grpc'}://{server.grpc_url}"
+    rep.json({"http": f"http://{server.http_url}", "grpc": grpc,
               "metrics": f"http://{server.metrics_url}/metrics", "log": str(server.log_path),
               "model_control": mode, "notes": notes, "models": models,
+              "tls": {"mutual": tls.client_ca is not None, "http": False} if tls else None,
               "trace": (server.trace.otlp or str(server.trace.file)) if server.trace else None})
     if rep.json_mode:
         rep.finish(ok=True)   # printed now: the server runs until stopped
         return
     for note in notes:
         rep.out.print(f"note: {note}", markup=False)
-    rep.out.print(f"Triton is serving {repository}\n  HTTP     http://{server.http_url}\n"
-                  f"  gRPC     grpc://{server.grpc_url}\n  metrics  http://{server.metrics_url}/metrics  (Prometheus)\n"
+    secured = (" (TLS; mutual: clients need a certificate signed by the --tls-client-ca)" if tls.client_ca else
+               " (TLS)") if tls else ""
+    plain_http = "  (no TLS: Triton's HTTP has none; 127.0.0.1 only)" if tls else ""
+    rep.out.print(f"Triton is serving {repository}\n  HTTP     http://{server.http_url}{plain_http}\n"
+                  f"  gRPC     {grpc}{secured}\n  metrics  http://{server.metrics_url}/metrics  (Prometheus)\n"
                   f"  log      {server.log_path}", markup=False)
     if server.trace:
         t = server.trace
@@ -185,7 +248,8 @@ def _serving(rep, server, repository: Path, notes: list[str], models: list[dict]
     for m in models:
         rep.out.print(f"  model {_model_line(m)}", markup=False)
     if mode == "explicit":
-        rep.out.print(f"Deploy more: mcp-cli deploy DIR/NAME --url grpc://{server.grpc_url}", markup=False)
+        rep.out.print(f"Deploy more: mcp-cli deploy DIR/NAME --url {grpc}{tls.client_flags() if tls else ''}",
+                      markup=False)
     rep.out.print("Ctrl-C stops it.", markup=False)
 
 

@@ -227,3 +227,43 @@ def test_bench_cold_after_deploy_loads_the_upload_back(server, entries, env):
     assert any(m["name"] == "coldmlp2" and m["state"] == "READY" for m in __import__("json").loads(st.stdout)["models"])
     for n in ("coldmlp", "coldmlp2"):
         _cli("undeploy", n, "--url", server.grpc_url, env=env)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI needed to make test certificates")
+def test_serve_with_mutual_tls_one_loop(tmp_path, entries, env):
+    """`serve --tls-cert --tls-key --tls-client-ca`: the banner's grpcs:// URL and deploy line,
+    then deploy -> status -> bench -> undeploy through it with the client certificate; without
+    one the server refuses."""
+    import os
+    import re
+
+    from _helpers import Serve
+
+    c = _certs(tmp_path)
+    repo = tmp_path / "served"
+    shutil.copytree(entries["v1"], repo / "mlp")
+    s = Serve([str(repo), "--tls-cert", str(c["server.pem"]), "--tls-key", str(c["server.key"]),
+               "--tls-client-ca", str(c["ca.pem"])], dict(os.environ, **env))
+    try:
+        grpc = re.search(r"gRPC +(grpcs://\S+) \(TLS; mutual", s.out)
+        assert grpc and "no TLS: Triton's HTTP has none" in s.out, s.out
+        url = grpc.group(1)
+        assert f"--url {url} --root-cert {c['ca.pem']} --client-cert CLIENT.pem --client-key CLIENT.key" in s.out
+        tls = ["--url", url, "--root-cert", str(c["ca.pem"])]
+        mine = ["--client-cert", str(c["client.pem"]), "--client-key", str(c["client.key"])]
+        r = _cli("status", *tls, "--timeout", "10", env=env)   # no client certificate: refused, one line
+        assert r.returncode == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr, r.stderr
+        r = _cli("deploy", str(entries["v2"]), "--name", "mlp2", *tls, *mine, env=env)
+        assert r.returncode == 0 and "over TLS (mutual)" in r.stdout, r.stderr
+        r = _cli("status", *tls, *mine, "--json", env=env)
+        assert r.returncode == 0, r.stderr
+        assert {m["name"] for m in __import__("json").loads(r.stdout)["models"] if m["state"] == "READY"} == {"mlp", "mlp2"}
+        r = _cli("bench", "mlp2", *tls, *mine, "-c", "1", "--seconds", "1", "--json", env=env)
+        assert r.returncode == 0, r.stderr
+        point = __import__("json").loads(r.stdout)["points"][0]
+        assert point["throughput"] > 0 and point["errors"] == 0, point
+        r = _cli("undeploy", "mlp2", *tls, *mine, env=env)
+        assert r.returncode == 0, r.stderr
+    finally:
+        rc, out, err = s.stop()
+    assert rc == 0, err
