@@ -1,6 +1,6 @@
 """The McpError hierarchy: every failure the library reports on purpose.
 
-Each class carries the exit code the CLI ends with (the README's table lists them all):
+Each class carries the exit code the CLI ends with (docs/errors.md lists them all):
 2 for what the user can fix in the command line or the input files, 1 for a conversion,
 verification or server that failed. Anything that is not an McpError is a bug: the CLI prints it
 as one `internal error` line and exits 1.

@@ -207,7 +207,7 @@ def test_mutual_tls(tmp_path, entries, env):
 
 
 def test_bench_cold_after_deploy_loads_the_upload_back(server, entries, env):
-    """The README's flow: deploy, then measure cold starts. The model deploy uploaded is not in
+    """The documented flow (docs/serving.md): deploy, then measure cold starts. The model deploy uploaded is not in
     the server's repository; --cold loads it back from the copy deploy kept, and it still serves.
     Without that copy (MCP_STATE_KEEP=0) --cold refuses before unloading anything."""
     r = _cli("deploy", str(entries["v1"]), "--url", server.grpc_url, "--name", "coldmlp", env=env)

@@ -1,7 +1,7 @@
 """The serving loop as one workflow, against the real local tritonserver: `serve` loads the
 repository AND accepts deploys; `--url` takes what `serve` prints; a model that cannot load stops
 `serve` naming it; redeploys of changed files really reload; undeploy waits and removes what deploy
-kept; the exit codes are the README's."""
+kept; the exit codes are docs/errors.md's."""
 
 from __future__ import annotations
 
