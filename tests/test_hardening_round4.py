@@ -345,3 +345,49 @@ def test_serve_tls_files_are_checked_before_the_server_starts(tmp_path):
             (["--tls-cert", str(cert), "--tls-key", str(key), "--tls-client-ca", str(key)], ("holds no CERTIFICATE",))):
         r = _cli("serve", str(repo), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", *args)
         _one_error(r, 2, *expect)
+
+
+def _processes_naming(text: str) -> list[int]:
+    out = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if text.encode() in (d / "cmdline").read_bytes():
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["bench", "-c", "1", "--seconds", "60"],
+                                     ["tune", "--slo-p99-ms", "50", "--concurrency", "1", "--budget-s", "300"]])
+def test_a_server_killed_mid_measurement_is_the_commands_error_and_leaves_nothing(entry, tmp_path, command):
+    """tritonserver killed (-9) while bench or tune measures through it: exit 1 naming the server's
+    end (not a point of failed requests, not an SLO missed), its stubs and shared memory gone."""
+    import time
+
+    pytest.importorskip("pytriton", reason="nvidia-pytriton not installed: no tritonserver")
+    repo = tmp_path / "repo"
+    shutil.copytree(entry, repo / "mlp")
+    p = subprocess.Popen([*CLI, command[0], str(repo / "mlp"), *command[1:]], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        stub = []
+        while time.monotonic() < deadline and not stub:   # the model is loaded: its stub runs
+            stub = [pid for pid in _processes_naming(f"mcp-triton.{p.pid}.") if pid != p.pid]
+            time.sleep(0.2)
+        assert stub, "the model never loaded"
+        time.sleep(2)
+        server = [pid for pid in _processes_naming(str(repo)) if "tritonserver" in Path(f"/proc/{pid}/cmdline").read_text()]
+        assert server
+        os.kill(server[0], 9)
+        out, err = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]   # after bench's and tune's progress
+    assert p.returncode == 1 and len(errors) == 1 and "Traceback" not in err, err
+    assert "tritonserver exited with code -9" in errors[0] and err.rstrip().endswith(errors[0]), err
+    assert not _processes_naming(f"mcp-triton.{p.pid}."), "a python-backend stub outlived the server"
+    assert not list(Path("/dev/shm").glob(f"mcp-triton.{p.pid}.*")), "its shared memory is left"

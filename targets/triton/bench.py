@@ -91,7 +91,7 @@ def served(target: str | os.PathLike, conn: Connection | None, *, batch_size: in
             load_model(s, explicit_config)
             yield s
         finally:
-            server.close()
+            server.close(keep_log=not server.alive() and server.died is not None)   # a server that died: its log stays
         return
     name = str(target)
     if is_entry(target):
@@ -271,15 +271,35 @@ def measure_points(s: Served, loads: list[Load], *, batch_size: int = 1, window_
             for k, load in enumerate(loads):
                 if progress is not None:
                     progress(k, len(loads), load)
-                points.append(await measure(c, s.name, inputs, load, batch_size=batch_size, window_s=window_s,
-                                            max_windows=max_windows, seconds=seconds, headers=s.conn.headers(),
-                                            slo_ms=slo_ms, timeout_ms=timeout_ms, progress=window_progress,
-                                            sequence_length=sequence_length))
+                points.append(await _watched(s, f"measuring {load.label}", measure(
+                    c, s.name, inputs, load, batch_size=batch_size, window_s=window_s, max_windows=max_windows,
+                    seconds=seconds, headers=s.conn.headers(), slo_ms=slo_ms, timeout_ms=timeout_ms,
+                    progress=window_progress, sequence_length=sequence_length)))
             return points
         finally:
             await c.close()
 
     return asyncio.run(go())
+
+
+async def _watched(s: Served, doing: str, work: Any) -> Any:
+    """`work` (a coroutine), ended as soon as a local server dies (still_serving's error), not
+    after its windows of failed requests."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        await asyncio.wait([task], timeout=0.5)
+        if not task.done() and s.server is not None and not s.server.alive():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+    still_serving(s, doing)
+    return task.result()
+
+
+def still_serving(s: Served, doing: str) -> None:
+    """A local server that died is the command's error (exit 1), not a point of failed requests."""
+    if s.server is not None and not s.server.alive():
+        raise ServerError(f"tritonserver exited with code {s.server.died} while {doing} (log: {s.server.log_path})")
 
 
 def _timeout_ms(cfg: Any) -> float | None:

@@ -79,6 +79,21 @@ def port_free(port: int) -> bool:
         return True
 
 
+SHM_PREFIX = "mcp-triton."
+
+
+def remove_stale_regions() -> None:
+    """Shared-memory regions of servers whose mcp-cli process is gone (killed before it could
+    remove them): `mcp-triton.<pid>.` names the process that started the server."""
+    from mcp_compiler.files import pid_alive
+
+    for region in Path("/dev/shm").glob(f"{SHM_PREFIX}*"):
+        pid = region.name[len(SHM_PREFIX):].split(".", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                region.unlink()
+
+
 def _die_with_parent() -> None:
     # PR_SET_PDEATHSIG: the server must not outlive a crashed test or CLI process.
     with contextlib.suppress(Exception):
@@ -185,6 +200,10 @@ class TritonServer:
         self.proc: subprocess.Popen | None = None
         self._tmp = Path(tempfile.mkdtemp(prefix="mcp-triton-"))
         self.log_path = Path(log_path) if log_path else self._tmp / "server.log"
+        # the python backend's shared-memory regions are named with this prefix (its
+        # shm-region-prefix-name): this server's are found and removed however it ended
+        self.shm_prefix = f"{SHM_PREFIX}{os.getpid()}.{os.urandom(3).hex()}."
+        self.died: int | None = None   # the exit code of a server that ended without stop()
 
     @property
     def http_url(self) -> str:
@@ -241,6 +260,7 @@ class TritonServer:
             raise
 
     def _start(self) -> TritonServer:
+        remove_stale_regions()
         inst = find_triton()
         backends = self._backend_dir(inst)
         given = {flag: port for flag, port in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
@@ -263,6 +283,7 @@ class TritonServer:
                     f"--metrics-address={HOST}", f"--metrics-port={metrics}",
                     "--exit-timeout-secs=5", "--allow-gpu-metrics=false",
                     "--pinned-memory-pool-byte-size=0", "--cuda-memory-pool-byte-size=0:0",
+                    f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
                     *self._trace_args(), *self.extra_args]
             log = open(self.log_path, "ab")
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self._env(),
@@ -323,16 +344,47 @@ class TritonServer:
         return lines[-1].strip() if lines else "no error in its log"
 
     def stop(self, timeout: float = 15.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        """Stop the server; then what outlives a server that died (killed, crashed): its
+        python-backend stubs, reparented to init, and their shared-memory regions."""
+        if self.proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
+        if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(5)
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        elif self.died is None:
+            self.died = self.proc.returncode
+        for pid in self._stubs():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
+            with contextlib.suppress(OSError):
+                region.unlink()
+
+    def alive(self) -> bool:
+        """Whether the server still runs; one that ended by itself is recorded in `died`."""
+        if self.proc is None or self.proc.poll() is None:
+            return self.proc is not None
+        if self.died is None:
+            self.died = self.proc.returncode
+        return False
+
+    def _stubs(self) -> list[int]:
+        """The processes still running this server's models: their command line names its region."""
+        found = []
+        for d in Path("/proc").glob("[0-9]*"):
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if self.shm_prefix.encode() in cmd and int(d.name) != os.getpid():
+                found.append(int(d.name))
+        return found
 
     def close(self, *, keep_log: bool = False) -> None:
         """Stop the server and remove its temporary folder (backend links, log), unless

@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 from mcp_compiler.errors import McpError, UsageError
 
-from .bench import Served, load_model, measure_points, served, unload_model
+from .bench import Served, load_model, measure_points, served, still_serving, unload_model
 from .entry import int_parameter
 from .loadgen import WARMUP_S, Load, Point
 
@@ -339,6 +339,7 @@ class _Search:
                 point = self.measure(setting)
             trial = Trial(setting, point, watch.peak_mb)
         except McpError as e:
+            still_serving(self.s, f"trying {label(setting)}")   # a dead server ends the tune, with its own error
             trial = Trial(setting, None, watch.peak_mb, error=str(e))
         p = trial.point
         trial.meets_slo = bool(p and p.p99_ms is not None and p.p99_ms <= self.slo and p.errors == 0)
