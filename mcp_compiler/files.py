@@ -99,9 +99,14 @@ def read_regular(path: Path | str, flag: str, *, limit: int | None = None) -> by
             raise UsageError(f"{flag} {path}: {st.st_size} bytes, over the {limit >> 10} KiB limit "
                              "for this kind of file")
         with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read() if limit is None else f.read(limit + 1)
+            data = f.read() if limit is None else f.read(limit + 1)
+    except OSError as e:   # a file of /proc that says it is regular and fails to read (EIO)
+        raise UsageError(f"{flag} {path}: cannot read: {e.strerror}") from None
     finally:
         os.close(fd)
+    if limit is not None and len(data) > limit:   # a file whose size stat does not tell (/proc, /sys)
+        raise UsageError(f"{flag} {path}: over the {limit >> 10} KiB limit for this kind of file")
+    return data
 
 
 def check_regular_input(path: Path | str, what: str = "--input") -> None:

@@ -32,6 +32,11 @@ def entry() -> None:
     if loading:
         signal.signal(signal.SIGINT, _interrupted_while_loading)
     collect_seldom()
+    import os
+
+    # gRPC's C core logs what it refuses (a certificate it cannot parse, a header) on stderr, beside
+    # the one error line mcp-cli prints for the same failure; GRPC_VERBOSITY=ERROR shows them again
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     from .application import entry as run
 
     if loading:

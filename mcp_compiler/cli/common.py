@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,9 @@ def _traceback() -> None:
     traceback.print_exc()
 
 
+_PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP)
+
+
 def run(rep, debug: bool, fn: Callable[[], Any]) -> None:  # noqa: ANN001 - report.Reporter
     """Run a command body; every failure becomes one line on stderr (and, with --json, the error
     envelope on stdout) and an exit code. With --json, what the body handed to `rep.json` is
@@ -54,6 +58,10 @@ def run(rep, debug: bool, fn: Callable[[], Any]) -> None:  # noqa: ANN001 - repo
         rep.fail("Interrupted", "interrupted", 130)
         raise SystemExit(130) from None   # not typer.Exit(130): that is typer's own silent Ctrl-C (_Group.main)
     except Exception as e:  # noqa: BLE001 - anything else is a bug: say so in one line
+        if isinstance(e, OSError) and e.errno in _PATH_ERRNOS and e.filename is not None:
+            # a path the user gave that no file can have (a name too long, a loop of links)
+            rep.fail("UsageError", f"{str(e.filename)[:200]}: {e.strerror}", EXIT_BAD_INPUT)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
         if debug:
             _traceback()
         rep.fail("InternalError", f"internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",

@@ -6,6 +6,7 @@ this package's library code, and renders through the shared reporter.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -384,8 +385,25 @@ class ConnectionFlags:
         if self.grpc_only and proto != "grpc":
             raise UsageError(f"--url {self.url}: bench measures over gRPC; give the server's gRPC port "
                              "(the grpc:// address `serve` prints)")
+        token = self.token or os.environ.get("MCP_API_KEY") or None
+        _header_fits("--token-header", self.token_header, _HEADER_NAME)
+        if token is not None:   # never echoed: it is a secret
+            _header_fits("--token (or $MCP_API_KEY)", token, _HEADER_VALUE, show=False)
         return Connection(hostport, proto, ssl, self.root_cert, self.client_cert, self.client_key,
-                          self.token or os.environ.get("MCP_API_KEY") or None, self.token_header, self.timeout)
+                          token, self.token_header, self.timeout)
+
+
+_HEADER_NAME = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]+")   # an HTTP token, lower case (gRPC metadata keys)
+_HEADER_VALUE = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")   # printable ASCII, no edge spaces
+
+
+def _header_fits(flag: str, value: str, pattern: re.Pattern, *, show: bool = True) -> None:
+    """What goes into a request header is checked before anything is sent (gRPC refuses a bad
+    key or value in its own log lines, after the connection)."""
+    if not pattern.fullmatch(value):
+        what = f" {value!r}" if show else ""
+        raise UsageError(f"{flag}{what} cannot be sent as an HTTP/gRPC header "
+                         f"({'letters, digits and -_.!#$%&*+^`|~, lower case' if pattern is _HEADER_NAME else 'printable ASCII'})")
 
 
 def with_connection(url_help: str = "The Triton server: grpc://HOST:PORT, http://HOST:PORT (as `serve` prints "
