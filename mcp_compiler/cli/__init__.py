@@ -45,7 +45,8 @@ def entry() -> None:
         run()
     except KeyboardInterrupt:   # (between parsing and a command's own handler)
         sys.stderr.write("error: interrupted\n")
-        raise SystemExit(130) from None
+        sys.stderr.flush()
+        os._exit(130)   # not the interpreter's teardown: a half-imported module's finalizers would speak
 
 
 def _interrupted_while_loading(signum: int, frame: object) -> None:

@@ -513,6 +513,9 @@ def deploy(
                                         "see --dockerfile)."),
     service_name: Optional[str] = typer.Option(None, "--service-name", rich_help_panel="Kubernetes (KServe)",
                                                help="The Kubernetes name (default: from the model's name)."),
+    service_account: Optional[str] = typer.Option(None, "--service-account", rich_help_panel="Kubernetes (KServe)",
+                                                  help="The pods' service account: the one your storage "
+                                                  "credentials (an S3 or GCS secret) are attached to."),
     apply: bool = typer.Option(False, "--apply", rich_help_panel="Kubernetes (KServe)",
                                help="Also create or update them through the Kubernetes API (the kubeconfig's cluster)."),
     plain: bool = typer.Option(False, "--plain", rich_help_panel="Kubernetes (KServe)",
@@ -547,11 +550,11 @@ def deploy(
             return _kserve(rep, entry, json_out, dockerfile, output, force, apply, plain, kubeconfig, conn.timeout,
                            dict(storage_uri=storage_uri, namespace=namespace, name=service_name,
                                 min_replicas=min_replicas, max_replicas=max_replicas, canary_percent=canary_percent,
-                                promote=promote, tune_report=from_tune, image=image,
+                                promote=promote, tune_report=from_tune, image=image, service_account=service_account,
                                 model_version=model_version if model_version is not None else version))
         k8s_only = [f for f, v in (("--storage-uri", storage_uri), ("--canary-percent", canary_percent),
                                    ("--from-tune", from_tune), ("--image", image), ("--apply", apply),
-                                   ("--promote", promote)) if v]
+                                   ("--promote", promote), ("--service-account", service_account)) if v]
         if k8s_only:
             raise UsageError(f"{k8s_only[0]} goes with --kserve")
         if conn.url is None:
@@ -573,7 +576,7 @@ def _kserve(rep, entry: Path, json_out: bool, dockerfile: bool, output: str, for
     from . import kserve as ks
 
     if dockerfile:
-        rep.out.print(ks.dockerfile_text().rstrip("\n"), markup=False)
+        rep.out.print(ks.dockerfile_text(ks.entry_opset(entry)).rstrip("\n"), markup=False)
         return
     if plain and not apply:
         raise UsageError("--plain picks what --apply applies; both are written without it")

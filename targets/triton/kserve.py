@@ -30,9 +30,18 @@ from .entry import int_parameter
 # is NGC's 24.10 image: manifests ask for the same, so what was verified here is what runs there.
 TRITON_RUNTIME_VERSION = "24.10-py3"
 TRITON_IMAGE = f"nvcr.io/nvidia/tritonserver:{TRITON_RUNTIME_VERSION}"
+# The Python of each Triton image the manifests ask for (NGC's 24.10 is Ubuntu 22.04 with Python
+# 3.10), and the python runtime's pins that have a wheel for it: onnxruntime 1.23.2 is the newest
+# release with cp310 wheels (no later one for 3.10 on PyPI), numpy<2 for Triton's python backend,
+# flatbuffers at the release the .mcpir reader was generated for (pure Python). A test asks the
+# package index for each pin at the image's Python (tests/targets/triton/test_kserve.py).
+IMAGE_PYTHON = {"24.10-py3": "3.10"}
+RUNTIME_PINS = {"3.10": {"onnxruntime": "1.23.2", "numpy": "1.26.4", "flatbuffers": "25.12.19"}}
+ORT_MAX_OPSET = {"1.23.2": 23}   # measured 2026-12-05: a one-node model of each opset in a session
 KUBERNETES_VERSION = "1.30.0"    # the schemas the core kinds are checked against
 STORAGE_SCHEMES = ("s3://", "gs://", "pvc://", "https://", "hdfs://", "webhdfs://", "oci://")
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
+KSERVE_HTTP_PORT = 8080   # the HTTP port of KServe's Triton serving runtime (kserve-tritonserver)
 # Memory, from what `mcp-cli serve` used here (2026-12-04, RSS after bench at length 128): the server
 # 39 MiB, each python-backend stub 76-85 MiB with 4-7 MB of weights. A pod also holds each stub's
 # shared-memory pool (64 MiB by default, tmpfs counted against the pod) and a batch's activations:
@@ -59,6 +68,7 @@ class KServeRequest:
     tune_report: Path | None = None
     image: str | None = None              # the server image (python-backend entries need onnxruntime in it)
     model_version: int | None = None
+    service_account: str | None = None    # the pods' service account (what holds the storage credentials)
 
 
 @dataclass
@@ -104,6 +114,30 @@ def service_name(name: str) -> str:
 
 
 INT32_MAX = 2**31 - 1   # Kubernetes' integer fields (replicas, targets) are int32
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# the python backend's shared memory (/dev/shm: a container's default is 64 MB): its base, and per
+# instance room for the pool a stub grows to with the tensors in flight
+SHM_BASE_MIB, SHM_INSTANCE_MIB = 64, 128
+
+
+def entry_identity(entry: Path, version: int | None) -> tuple[str, int]:
+    """(sha256 of the entry's config.pbtxt and version folder, that version): carried into the
+    predictor and the pod template, so that a changed entry is a new Knative revision (a canary
+    that reaches it) and a rolled Deployment, and the same entry is the same manifest."""
+    import hashlib
+
+    from .entry import version_dirs
+
+    versions = dict(version_dirs(Path(entry)))
+    v = version if version in versions else max(versions)
+    h = hashlib.sha256()
+    files = [Path(entry) / "config.pbtxt"] + sorted(f for f in versions[v].rglob("*") if f.is_file())
+    for f in files:
+        h.update(f"{f.relative_to(entry)}\n".encode())
+        with open(f, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    return h.hexdigest(), v
 MAX_INSTANCES = 1024    # instances (and threads) an entry may ask a pod for
 
 
@@ -119,6 +153,9 @@ def _check_request(req: KServeRequest) -> None:
     if req.image is not None and (not req.image.strip() or any(ord(c) < 33 for c in req.image)
                                   or not req.image.isascii()):
         raise UsageError(f"--image {req.image!r}: expected an image reference, e.g. registry/mcp-triton:24.10")
+    if req.service_account is not None and not _DNS_SUBDOMAIN.fullmatch(req.service_account):
+        raise UsageError(f"--service-account {req.service_account!r} is not a Kubernetes name (lower-case letters, "
+                         "digits, '-' and '.', at most 253, a letter or digit at each end)")
     for flag, v in (("--min-replicas", req.min_replicas), ("--max-replicas", req.max_replicas)):
         if v > INT32_MAX:
             raise UsageError(f"{flag} must be at most {INT32_MAX} (a Kubernetes int32), got {v}")
@@ -237,29 +274,47 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
     dockerfile = None
     image = req.image
     if backend == "python":
-        dockerfile = dockerfile_text()
+        dockerfile = dockerfile_text(entry_opset(entry))
         if image is None:
             raise UsageError("give --image: this entry runs mcp-cli's python runtime on onnxruntime, which "
                              f"{TRITON_IMAGE} lacks; build one FROM it with onnxruntime, numpy<2 and flatbuffers "
                              "(`--dockerfile` prints that Dockerfile), push it, and give its name")
+    else:
+        notes.append(f"the {backend} backend is in {TRITON_IMAGE}: no image of your own is needed")
     if scaling.get("note"):
         notes.append(scaling.pop("note"))
     labels = {**MANAGED_BY, "app.kubernetes.io/name": svc}
+    # canaries split traffic between Knative revisions: KServe's Serverless mode, said explicitly
     annotations = {"mcp-cli/model": model, "mcp-cli/triton-runtime-version": TRITON_RUNTIME_VERSION,
-                   "mcp-cli/scaling-source": scaling["source"]}
+                   "mcp-cli/scaling-source": scaling["source"], "serving.kserve.io/deploymentMode": "Serverless"}
+    digest, version = entry_identity(entry, req.model_version)
+    identity = {"mcp-cli/entry-sha256": digest, "mcp-cli/model-version": str(version)}
+    shm = None
+    if backend == "python":
+        shm_mib = SHM_BASE_MIB + SHM_INSTANCE_MIB * res["instances"]
+        shm = ({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_mib}Mi"}},
+               {"name": "dshm", "mountPath": "/dev/shm"})
     predictor: dict[str, Any] = {
         "minReplicas": req.min_replicas, "maxReplicas": req.max_replicas,
         "scaleMetric": scaling["metric"], "scaleTarget": scaling["target"],
+        "annotations": identity,
         "model": {
             "modelFormat": {"name": "triton"},
+            "protocolVersion": "v2",
             "runtimeVersion": TRITON_RUNTIME_VERSION,
             "storageUri": req.storage_uri,
             "args": ["--model-control-mode=explicit", f"--load-model={model}", "--strict-readiness=true"],
             "resources": res["resources"],
-            "readinessProbe": {"httpGet": {"path": f"/v2/models/{model}/ready", "port": 8080},
+            # KServe's Triton runtime serves HTTP on 8080 (its --http-port), not Triton's 8000
+            "readinessProbe": {"httpGet": {"path": f"/v2/models/{model}/ready", "port": KSERVE_HTTP_PORT},
                                "periodSeconds": 5, "failureThreshold": 3},
         },
     }
+    if shm:
+        predictor["volumes"] = [shm[0]]
+        predictor["model"]["volumeMounts"] = [shm[1]]
+    if req.service_account:
+        predictor["serviceAccountName"] = req.service_account
     if image:
         predictor["model"]["image"] = image
     if req.canary_percent is not None:
@@ -277,13 +332,14 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
         notes.append(f"autoscaling on CPU at {DEFAULT_CPU_TARGET}% of the request: give --from-tune REPORT for a "
                      "concurrency target measured on this model")
     files = {"inferenceservice.yaml": [isvc],
-             "plain/triton.yaml": _plain(svc, model, req, res["resources"], image or TRITON_IMAGE, labels, annotations)}
+             "plain/triton.yaml": _plain(svc, model, req, res["resources"], image or TRITON_IMAGE, labels, annotations,
+                                         identity, shm)}
     validate(files)
     return Manifests(files, svc, model, {k: v for k, v in res.items()}, scaling, notes, dockerfile)
 
 
 def _plain(svc: str, model: str, req: KServeRequest, resources: dict, image: str, labels: dict,
-           annotations: dict) -> list[dict]:
+           annotations: dict, identity: dict, shm: tuple[dict, dict] | None) -> list[dict]:
     """Deployment + Service + HPA running the same Triton on the same repository, for clusters
     without KServe: Triton reads s3:// and gs:// repositories itself; pvc:// is mounted."""
     repo, volumes, mounts = req.storage_uri, [], []
@@ -308,15 +364,21 @@ def _plain(svc: str, model: str, req: KServeRequest, resources: dict, image: str
         "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": HTTP_PORT},
                           "initialDelaySeconds": 30, "periodSeconds": 10},
     }
+    if shm:
+        volumes, mounts = [*volumes, shm[0]], [*mounts, shm[1]]
     if mounts:
         container["volumeMounts"] = mounts
     pod: dict[str, Any] = {"containers": [container]}
     if volumes:
         pod["volumes"] = volumes
-    meta = {"name": svc, "namespace": req.namespace, "labels": labels, "annotations": annotations}
+    if req.service_account:
+        pod["serviceAccountName"] = req.service_account
+    meta = {"name": svc, "namespace": req.namespace, "labels": labels,
+            "annotations": {k: v for k, v in annotations.items() if not k.startswith("serving.kserve.io/")}}
+    # the entry's identity in the pod template: a changed entry rolls the Deployment
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
                   "spec": {"replicas": max(req.min_replicas, 1), "selector": {"matchLabels": selector},
-                           "template": {"metadata": {"labels": labels}, "spec": pod}}}
+                           "template": {"metadata": {"labels": labels, "annotations": identity}, "spec": pod}}}
     service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
                "spec": {"selector": selector, "ports": [
                    {"name": "http", "port": HTTP_PORT, "targetPort": "http"},
@@ -331,14 +393,36 @@ def _plain(svc: str, model: str, req: KServeRequest, resources: dict, image: str
     return [deployment, service, hpa]
 
 
-def dockerfile_text() -> str:
-    from importlib.metadata import version
+def image_pins() -> dict[str, str]:
+    """The python runtime's packages for the image's Python (RUNTIME_PINS)."""
+    return RUNTIME_PINS[IMAGE_PYTHON[TRITON_RUNTIME_VERSION]]
 
-    return (f"# The server image for mcp-cli's python-backend entries: Triton {TRITON_RUNTIME_VERSION} plus what\n"
-            "# the bundled runtime imports (the versions this entry was converted and verified with).\n"
+
+def entry_opset(entry: Path) -> int | None:
+    """The ai.onnx opset of a python-backend entry's .mcpir (what its runtime hands onnxruntime)."""
+    from mcp_compiler.mcpir import read_mcpir
+
+    from .deploy import read_entry
+
+    _, _, local, _ = read_entry(Path(entry), None)
+    f = local / "model.mcpir"
+    return read_mcpir(f).opset_imports.get("", None) if f.is_file() else None
+
+
+def dockerfile_text(opset: int | None = None) -> str:
+    """The server image of python-backend entries: Triton's plus the runtime's packages, pinned for
+    the image's Python; an entry of an opset newer than that onnxruntime runs is refused."""
+    pins = image_pins()
+    ort, py = pins["onnxruntime"], IMAGE_PYTHON[TRITON_RUNTIME_VERSION]
+    if opset is not None and opset > ORT_MAX_OPSET[ort]:
+        raise UsageError(f"this entry is opset {opset}; onnxruntime {ort}, the newest with a wheel for the Python "
+                         f"{py} of {TRITON_IMAGE}, runs opset {ORT_MAX_OPSET[ort]} at most: the image cannot "
+                         "serve it")
+    return (f"# The server image for mcp-cli's python-backend entries: Triton {TRITON_RUNTIME_VERSION} (Python {py})\n"
+            "# plus what the bundled runtime imports, at releases with a wheel for that Python.\n"
             f"FROM {TRITON_IMAGE}\n"
-            f"RUN pip install --no-cache-dir onnxruntime=={version('onnxruntime')} \"numpy<2\" "
-            f"flatbuffers=={version('flatbuffers')}\n")
+            "RUN pip install --no-cache-dir " + " ".join(
+                f"{name}=={v}" for name, v in pins.items()) + "\n")
 
 
 # -- validation -----------------------------------------------------------------------------------
