@@ -513,6 +513,18 @@ def deploy(
                                         "see --dockerfile)."),
     service_name: Optional[str] = typer.Option(None, "--service-name", rich_help_panel="Kubernetes (KServe)",
                                                help="The Kubernetes name (default: from the model's name)."),
+    canary_steps: Optional[str] = typer.Option(None, "--canary-steps", metavar="P[,P...]",
+                                               rich_help_panel="Kubernetes (KServe)",
+                                               help="Also an Argo Rollouts canary of the plain Deployment "
+                                               "(rollout/): traffic % per step, ending at 100, e.g. 10,30,100."),
+    max_p99_ms: Optional[float] = typer.Option(None, "--max-p99-ms", rich_help_panel="Kubernetes (KServe)",
+                                               help="With --canary-steps: the rollout is aborted when a pod's p99 "
+                                               "(Triton's metrics in Prometheus) passes this."),
+    prometheus_url: str = typer.Option("http://prometheus-operated.monitoring.svc:9090", "--prometheus-url",
+                                       rich_help_panel="Kubernetes (KServe)",
+                                       help="The Prometheus the rollout's analysis queries."),
+    step_pause: str = typer.Option("5m", "--step-pause", rich_help_panel="Kubernetes (KServe)",
+                                   help="The pause after each canary step but the last (30s, 5m, 1h)."),
     service_account: Optional[str] = typer.Option(None, "--service-account", rich_help_panel="Kubernetes (KServe)",
                                                   help="The pods' service account: the one your storage "
                                                   "credentials (an S3 or GCS secret) are attached to."),
@@ -551,10 +563,13 @@ def deploy(
                            dict(storage_uri=storage_uri, namespace=namespace, name=service_name,
                                 min_replicas=min_replicas, max_replicas=max_replicas, canary_percent=canary_percent,
                                 promote=promote, tune_report=from_tune, image=image, service_account=service_account,
+                                canary_steps=_percent_list(canary_steps), max_p99_ms=max_p99_ms,
+                                prometheus_url=prometheus_url, step_pause=step_pause,
                                 model_version=model_version if model_version is not None else version))
         k8s_only = [f for f, v in (("--storage-uri", storage_uri), ("--canary-percent", canary_percent),
                                    ("--from-tune", from_tune), ("--image", image), ("--apply", apply),
-                                   ("--promote", promote), ("--service-account", service_account)) if v]
+                                   ("--promote", promote), ("--service-account", service_account),
+                                   ("--canary-steps", canary_steps), ("--max-p99-ms", max_p99_ms)) if v]
         if k8s_only:
             raise UsageError(f"{k8s_only[0]} goes with --kserve")
         if conn.url is None:
@@ -569,6 +584,16 @@ def deploy(
             _deployed(rep, r, c)
 
     run(rep, debug, body)
+
+
+def _percent_list(text: str | None) -> list[int] | None:
+    """--canary-steps: comma-separated whole percentages (ASCII digits)."""
+    if text is None:
+        return None
+    parts = [t.strip() for t in text.split(",")]
+    if not all(t.isascii() and t.isdigit() and len(t) <= 3 for t in parts):
+        raise UsageError(f"--canary-steps {text!r}: give whole percentages separated by commas, e.g. 10,30,100")
+    return [int(t) for t in parts]
 
 
 def _kserve(rep, entry: Path, json_out: bool, dockerfile: bool, output: str, force: bool, apply: bool,  # noqa: ANN001

@@ -69,6 +69,10 @@ class KServeRequest:
     image: str | None = None              # the server image (python-backend entries need onnxruntime in it)
     model_version: int | None = None
     service_account: str | None = None    # the pods' service account (what holds the storage credentials)
+    canary_steps: list[int] | None = None  # an Argo Rollouts canary of the plain path: traffic % per step
+    max_p99_ms: float | None = None       # its AnalysisTemplate aborts the rollout above this p99
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    step_pause: str = "5m"                # the pause after each step but the last
 
 
 @dataclass
@@ -159,6 +163,21 @@ def _check_request(req: KServeRequest) -> None:
     for flag, v in (("--min-replicas", req.min_replicas), ("--max-replicas", req.max_replicas)):
         if v > INT32_MAX:
             raise UsageError(f"{flag} must be at most {INT32_MAX} (a Kubernetes int32), got {v}")
+    if req.canary_steps is not None:
+        steps = req.canary_steps
+        if not steps or any(not 1 <= w <= 100 for w in steps) or steps != sorted(set(steps)) or steps[-1] != 100:
+            raise UsageError(f"--canary-steps {','.join(map(str, steps))}: give rising percentages that end at 100, "
+                             "e.g. 10,30,100")
+        if req.max_p99_ms is None or not 0 < req.max_p99_ms < 1e7:
+            raise UsageError("--canary-steps needs --max-p99-ms: the p99 latency (ms) above which the analysis "
+                             "aborts the rollout")
+        if not re.fullmatch(r"[1-9][0-9]{0,4}[smh]", req.step_pause):
+            raise UsageError(f"--step-pause {req.step_pause!r}: a duration such as 30s, 5m or 1h")
+        from .metrics import http_url
+
+        http_url(req.prometheus_url, "--prometheus-url")
+    elif req.max_p99_ms is not None:
+        raise UsageError("--max-p99-ms goes with --canary-steps (the rollout it checks)")
     if req.min_replicas < 0 or req.max_replicas < 1 or req.min_replicas > req.max_replicas:
         raise UsageError(f"--min-replicas {req.min_replicas} / --max-replicas {req.max_replicas}: need "
                          "0 <= min <= max and max >= 1")
@@ -334,8 +353,87 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
     files = {"inferenceservice.yaml": [isvc],
              "plain/triton.yaml": _plain(svc, model, req, res["resources"], image or TRITON_IMAGE, labels, annotations,
                                          identity, shm)}
+    if req.canary_steps:
+        files["rollout/rollout.yaml"] = _rollout(files["plain/triton.yaml"][0], svc, model, req)
+        notes.append(f"rollout: an Argo Rollouts canary of the plain Deployment ({', '.join(f'{w}%' for w in req.canary_steps)}, "
+                     f"{req.step_pause} between steps), aborted when a pod's p99 passes {req.max_p99_ms:g} ms in "
+                     f"{req.prometheus_url} (Triton's metrics port 8002 must be scraped); apply it instead of "
+                     "plain/triton.yaml's Deployment")
     validate(files)
     return Manifests(files, svc, model, {k: v for k, v in res.items()}, scaling, notes, dockerfile)
+
+
+ARGO_API = "argoproj.io/v1alpha1"
+
+
+def _rollout(deployment: dict, svc: str, model: str, req: KServeRequest) -> list[dict]:
+    """The plain Deployment as an Argo Rollouts canary (steps of setWeight with pauses) and the
+    AnalysisTemplate it runs in the background: Triton's p99 summary per model from Prometheus
+    against --max-p99-ms, the rollout aborted (back to stable) past it."""
+    import copy
+
+    template = copy.deepcopy(deployment["spec"]["template"])
+    container = template["spec"]["containers"][0]
+    container["args"] = [*container["args"], "--metrics-config=summary_latencies=true"]   # the p99 it reads
+    steps: list[dict] = []
+    for w in req.canary_steps or []:
+        steps.append({"setWeight": w})
+        if w < 100:
+            steps.append({"pause": {"duration": req.step_pause}})
+    analysis_name = f"{svc}-p99"
+    meta = {k: v for k, v in deployment["metadata"].items()}
+    rollout = {"apiVersion": ARGO_API, "kind": "Rollout", "metadata": meta,
+               "spec": {"replicas": deployment["spec"]["replicas"], "selector": deployment["spec"]["selector"],
+                        "template": template,
+                        "strategy": {"canary": {"steps": steps,
+                                                "analysis": {"templates": [{"templateName": analysis_name}]}}}}}
+    query = f'max(nv_inference_request_summary_us{{model="{model}",quantile="0.99"}}) / 1000'
+    analysis = {"apiVersion": ARGO_API, "kind": "AnalysisTemplate",
+                "metadata": {"name": analysis_name, "namespace": req.namespace, "labels": meta["labels"]},
+                "spec": {"metrics": [{"name": "p99-latency-ms", "interval": "1m", "failureLimit": 1,
+                                      "successCondition": f"result[0] <= {req.max_p99_ms:g}",
+                                      "provider": {"prometheus": {"address": req.prometheus_url, "query": query}}}]}}
+    return [rollout, analysis]
+
+
+def _validate_argo(d: dict, where: str, kv) -> None:  # noqa: ANN001 - kubernetes_validate
+    """Argo Rollouts' kinds (no package ships their CRD schemas): the fields its documentation
+    requires, and the pod template against Kubernetes' own schema (as a Deployment's)."""
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise ManifestError(f"{where}: {what}")
+
+    spec = d.get("spec")
+    need(isinstance(d.get("metadata", {}).get("name"), str) and isinstance(spec, dict), "metadata.name and spec required")
+    if d["kind"] == "Rollout":
+        need(isinstance(spec.get("selector"), dict) and isinstance(spec.get("template"), dict),
+             "spec.selector and spec.template required")
+        steps = spec.get("strategy", {}).get("canary", {}).get("steps")
+        need(isinstance(steps, list) and steps, "spec.strategy.canary.steps required")
+        for k, st in enumerate(steps):
+            need(isinstance(st, dict) and len(st) == 1 and next(iter(st)) in ("setWeight", "pause"),
+                 f"steps[{k}]: one of setWeight, pause")
+            if "setWeight" in st:
+                need(isinstance(st["setWeight"], int) and 0 <= st["setWeight"] <= 100, f"steps[{k}].setWeight: 0..100")
+        for t in spec["strategy"]["canary"].get("analysis", {}).get("templates", []):
+            need(isinstance(t.get("templateName"), str), "analysis.templates[].templateName required")
+        as_deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": d["metadata"],
+                         "spec": {"selector": spec["selector"], "template": spec["template"]}}
+        try:
+            kv.validate(as_deployment, KUBERNETES_VERSION, strict=True)
+        except kv.ValidationError as e:
+            raise ManifestError(f"{where}: its pod template does not validate against Kubernetes "
+                                f"{KUBERNETES_VERSION}: {'.'.join(map(str, e.path)) or '(top)'}: {e.message}") from None
+    elif d["kind"] == "AnalysisTemplate":
+        metrics = spec.get("metrics")
+        need(isinstance(metrics, list) and metrics, "spec.metrics required")
+        for m in metrics:
+            prom = m.get("provider", {}).get("prometheus", {})
+            need(isinstance(m.get("name"), str) and isinstance(m.get("successCondition"), str)
+                 and isinstance(prom.get("address"), str) and isinstance(prom.get("query"), str),
+                 "each metric needs name, successCondition, provider.prometheus.address and query")
+    else:
+        need(False, f"unknown {ARGO_API} kind {d['kind']}")
 
 
 def _plain(svc: str, model: str, req: KServeRequest, resources: dict, image: str, labels: dict,
@@ -437,6 +535,9 @@ def validate(files: dict[str, list[dict]]) -> None:
             where = f"{fname}: {d.get('kind')} {d.get('metadata', {}).get('name')}"
             if d.get("apiVersion", "").startswith("serving.kserve.io/"):
                 _validate_kserve(d, where)
+                continue
+            if d.get("apiVersion") == ARGO_API:
+                _validate_argo(d, where, kv)
                 continue
             try:
                 kv.validate(d, KUBERNETES_VERSION, strict=True)

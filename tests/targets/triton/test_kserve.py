@@ -439,3 +439,54 @@ def test_instances_beyond_a_pod_give_no_manifest(entries, tmp_path):
     cfg.write_text(re.sub(r"count: \d+", "count: 2147483647", cfg.read_text()))
     r, out = _kserve(bad, tmp_path / "m")
     assert r.exit_code == 2 and "instances" in out["error"]["message"], r.output
+
+
+def test_a_latency_checked_canary_is_an_argo_rollout_with_its_analysis(entries, tmp_path):
+    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--canary-steps", "10,30,100", "--max-p99-ms", "50")
+    assert r.exit_code == 0, r.output
+    rollout, analysis = yaml.safe_load_all((tmp_path / "m" / "rollout" / "rollout.yaml").read_text())
+    assert rollout["apiVersion"] == "argoproj.io/v1alpha1" and rollout["kind"] == "Rollout"
+    steps = rollout["spec"]["strategy"]["canary"]["steps"]
+    assert steps == [{"setWeight": 10}, {"pause": {"duration": "5m"}}, {"setWeight": 30},
+                     {"pause": {"duration": "5m"}}, {"setWeight": 100}]
+    assert rollout["spec"]["strategy"]["canary"]["analysis"]["templates"] == [{"templateName": "mlp-p99"}]
+    container = rollout["spec"]["template"]["spec"]["containers"][0]
+    assert "--metrics-config=summary_latencies=true" in container["args"]   # what the query reads
+    m = analysis["spec"]["metrics"][0]
+    assert analysis["kind"] == "AnalysisTemplate" and analysis["metadata"]["name"] == "mlp-p99"
+    assert m["successCondition"] == "result[0] <= 50"
+    assert m["provider"]["prometheus"]["query"] == 'max(nv_inference_request_summary_us{model="mlp",quantile="0.99"}) / 1000'
+    assert any(n.startswith("rollout:") for n in out["notes"])
+    for bad, text in ((["--canary-steps", "10,30"], "end at 100"), (["--canary-steps", "30,10,100"], "rising"),
+                      (["--canary-steps", "10,100"], "needs --max-p99-ms"), (["--max-p99-ms", "5"], "goes with"),
+                      (["--canary-steps", "10,x,100", "--max-p99-ms", "5"], "whole percentages"),
+                      (["--canary-steps", "10,100", "--max-p99-ms", "5", "--step-pause", "5 m"], "--step-pause"),
+                      (["--canary-steps", "10,100", "--max-p99-ms", "5", "--prometheus-url", "file:///etc/passwd"],
+                       "--prometheus-url")):
+        r, out = _kserve(entries / "repo" / "mlp", tmp_path / "x", *bad)
+        assert r.exit_code == 2 and text in out["error"]["message"], (bad, r.output)
+        assert not (tmp_path / "x").exists()
+
+
+def test_the_argo_check_holds_the_fields_its_documentation_requires(monkeypatch):
+    from mcp_compiler.targets.triton import kserve as ks
+
+    kv = ks._lib("kubernetes_validate")
+    good = {"apiVersion": ks.ARGO_API, "kind": "AnalysisTemplate", "metadata": {"name": "a"},
+            "spec": {"metrics": [{"name": "p", "successCondition": "result[0] < 1",
+                                  "provider": {"prometheus": {"address": "http://p:9090", "query": "up"}}}]}}
+    ks._validate_argo(good, "x", kv)
+    bad = {**good, "spec": {"metrics": [{"name": "p", "provider": {"prometheus": {"address": "http://p:9090"}}}]}}
+    with pytest.raises(ks.ManifestError, match="successCondition"):
+        ks._validate_argo(bad, "x", kv)
+    rollout = {"apiVersion": ks.ARGO_API, "kind": "Rollout", "metadata": {"name": "r"},
+               "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}},
+                        "spec": {"containers": [{"name": "c", "image": "i", "bogus": 1}]}},
+                        "strategy": {"canary": {"steps": [{"setWeight": 100}]}}}}
+    with pytest.raises(ks.ManifestError, match="pod template"):
+        ks._validate_argo(rollout, "x", kv)
+    rollout["spec"]["template"]["spec"]["containers"][0].pop("bogus")
+    ks._validate_argo(rollout, "x", kv)
+    rollout["spec"]["strategy"]["canary"]["steps"] = [{"setWeight": 101}]
+    with pytest.raises(ks.ManifestError, match="setWeight"):
+        ks._validate_argo(rollout, "x", kv)
