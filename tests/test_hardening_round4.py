@@ -232,7 +232,7 @@ def test_bench_that_completed_nothing_is_a_failure_not_zero_req_s(monkeypatch, e
 def test_tune_names_the_closest_trial_when_none_met_the_slo():
     from types import SimpleNamespace as NS
 
-    from mcp_compiler.targets.triton.commands import _closest
+    from mcp_compiler.targets.triton.commands_measure import _closest
     from mcp_compiler.targets.triton.tune import Setting
 
     def trial(p99, rps, **kw):
@@ -278,7 +278,8 @@ def test_deploy_help_keeps_its_brackets():
 
 def test_ctrl_c_while_the_modules_load_is_one_line():
     """SIGINT in the first ~50 ms (while numpy, onnx, typer load) was a 24-line traceback; one
-    while typer parsed was exit 130 with nothing said (typer's own silent Exit(130))."""
+    while typer parsed was exit 130 with nothing said (typer's own silent Exit(130)); one inside
+    onnx's C++ module initialisation aborted the process ('terminate called ...')."""
     import re
     import signal
     import time
@@ -291,7 +292,7 @@ def test_ctrl_c_while_the_modules_load_is_one_line():
         out, err = p.communicate(timeout=60)
         if "Remainder of file ignored" in err or ("Traceback" in err and not re.search(r'File ".*/mcp_compiler/', err)):
             continue   # the interpreter's own start (site, its .pth files, the console script's first line)
-        assert "Traceback" not in err, (delay, err)
+        assert "Traceback" not in err and p.returncode >= 0, (delay, p.returncode, err)   # no abort, no crash
         if p.returncode == 130:
             assert err.strip().splitlines()[-1] == "error: interrupted", (delay, err)
 

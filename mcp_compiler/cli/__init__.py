@@ -40,6 +40,7 @@ def entry() -> None:
     from .application import entry as run
 
     if loading:
+        _preload(sys.argv[1:])
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         run()
@@ -47,6 +48,25 @@ def entry() -> None:
         sys.stderr.write("error: interrupted\n")
         sys.stderr.flush()
         os._exit(130)   # not the interpreter's teardown: a half-imported module's finalizers would speak
+
+
+# The native modules a compiler command imports first thing: loaded while a Ctrl-C still ends the
+# process at once. A KeyboardInterrupt raised inside a C++ extension's initialisation (onnx's
+# nanobind module) is a C++ exception nothing catches: the process aborts with a traceback.
+_PRELOAD = {"convert": ("numpy", "onnx"), "inspect": ("numpy", "onnx"), "verify": ("numpy", "onnx"),
+            "zoo": ("numpy", "onnx")}
+
+
+def _preload(argv: list[str]) -> None:
+    if not argv or "-h" in argv or "--help" in argv:
+        return
+    import importlib
+
+    for module in _PRELOAD.get(argv[0], ()):
+        try:
+            importlib.import_module(module)
+        except ImportError:   # the command says what is missing, in its own words
+            return
 
 
 def _interrupted_while_loading(signum: int, frame: object) -> None:
