@@ -409,3 +409,17 @@ def test_1000_seeded_hostile_runs_of_the_serving_commands_end_cleanly(entry, tmp
     found = json.loads(r.stdout.strip().splitlines()[-1])
     assert found["runs"] == 1000 and sum(found["codes"].values()) == 1000
     assert not found["bad"], json.dumps(found["bad"][:5], indent=1)[:4000]
+
+
+def test_status_metrics_count_the_runtimes_errors_as_failures():
+    """Triton counts a python-backend error response as a success: 7953 ok next to 7953 runtime
+    errors was what status --metrics showed."""
+    from mcp_compiler.targets.triton import metrics
+
+    samples = [("nv_inference_request_success", {"model": "m", "version": "1"}, 7953.0),
+               ("nv_inference_request_failure", {"model": "m", "version": "1"}, 2.0),
+               ("mcp_runtime_errors_total", {"model": "m", "version": "1"}, 7950.0)]
+    s = metrics.summary(metrics.by_model(samples)[("m", "1")])
+    assert (s["success"], s["failure"], s["runtime_errors"]) == (3, 7952, 7950.0)
+    plain = metrics.summary(metrics.by_model(samples[:2])[("m", "1")])
+    assert (plain["success"], plain["failure"]) == (7953, 2)

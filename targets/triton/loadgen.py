@@ -18,6 +18,7 @@ server, is the bottleneck.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -100,6 +101,9 @@ class _Window:
         return float(np.percentile(self.latencies, 99)) if self.latencies else float("inf")
 
 
+EARLY_FAILURES = 20   # a point whose first this-many requests all failed is stopped: it will not get better
+
+
 class _Recorder:
     def __init__(self) -> None:
         self.latencies: list[float] = []
@@ -107,16 +111,38 @@ class _Recorder:
         self.errors = 0
         self.rejected = 0
         self.sample: str | None = None
+        self.ever_ok = self.ever_failed = 0
+        self.first_sample: str | None = None
+        self.hopeless = asyncio.Event()   # set when the first EARLY_FAILURES requests all failed
+        self.started: dict[int, float] = {}   # requests in flight: id -> when sent
 
     def ok(self, seconds: float) -> None:
         self.latencies.append(seconds)
+        self.ever_ok += 1
 
     def failed(self, e: BaseException) -> None:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         self.errors += 1
+        self.ever_failed += 1
         if any(k in msg.lower() for k in _REJECTED):
             self.rejected += 1
         self.sample = self.sample or msg[:300]
+        self.first_sample = self.first_sample or msg[:300]
+        if not self.ever_ok and self.ever_failed >= EARLY_FAILURES:
+            self.hopeless.set()
+
+    def in_flight(self) -> str:
+        """What a point that completed nothing was waiting for."""
+        if not self.started:
+            return "none in flight"
+        oldest = time.perf_counter() - min(self.started.values())
+        return f"{len(self.started)} in flight, the slowest sent {oldest:.1f} s ago"
+
+
+async def _sleep(rec: _Recorder, seconds: float) -> None:
+    """`seconds`, or less when the point turned out hopeless."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(rec.hopeless.wait(), seconds)
 
 
 async def server_stats(client, name: str, headers: dict | None) -> dict[str, float] | None:  # noqa: ANN001
@@ -153,11 +179,15 @@ async def measure(client, name: str, inputs: list, load: Load, *, batch_size: in
 
     async def one(seq: dict | None = None) -> None:
         t0 = time.perf_counter()
+        key = id(asyncio.current_task())
+        rec.started[key] = t0
         try:
             await client.infer(name, inputs, model_version=version, headers=headers, client_timeout=60, **(seq or {}))
         except Exception as e:  # noqa: BLE001 - counted per request
             rec.failed(e)
             return
+        finally:
+            rec.started.pop(key, None)
         rec.ok(time.perf_counter() - t0)
 
     def step(corrid: int, k: int, n: int) -> dict | None:
@@ -194,8 +224,9 @@ async def measure(client, name: str, inputs: list, load: Load, *, batch_size: in
     workers = [asyncio.ensure_future(closed()) for _ in range(load.concurrency)] if load.concurrency \
         else [asyncio.ensure_future(open_loop())]
     windows: list[_Window] = []
+    notes: list[str] = []
     try:
-        await asyncio.sleep(WARMUP_S)
+        await _sleep(rec, WARMUP_S)
         length = seconds if seconds is not None else window_s
         limit = 1 if seconds is not None else max_windows
         while len(windows) < limit:
@@ -203,21 +234,35 @@ async def measure(client, name: str, inputs: list, load: Load, *, batch_size: in
             windows.append(w)
             if progress is not None:
                 progress(len(windows), w.throughput, w.p99 * 1e3 if w.latencies else None)
+            if rec.hopeless.is_set():
+                notes.append(f"stopped early: its first {rec.ever_failed} requests all failed "
+                             f"({rec.first_sample})")
+                break
             if seconds is None and _stable(windows):
                 break
             if seconds is None and len(windows) % STABLE_WINDOWS == 0 and length < window_s * MAX_GROWTH:
                 length *= 2   # noisy: longer windows average more of it out
+        if not rec.ever_ok and not rec.ever_failed:
+            notes.append(f"no request completed in {sum(w.seconds for w in windows) + WARMUP_S:.1f} s: "
+                         f"{rec.in_flight()} (a request slower than the measurement: longer --seconds)")
     finally:
         stop.set()
-        await asyncio.wait(workers, timeout=90)
-    return _point(load, batch_size, windows, seconds, slo_ms=slo_ms, timeout_ms=timeout_ms)
+        # requests still in flight end (60 s client timeout at most); where none ever completed, the
+        # workers are not waited on for long
+        _, hung = await asyncio.wait(workers, timeout=90 if rec.ever_ok else 5)
+        for t in hung:
+            t.cancel()
+    point = _point(load, batch_size, windows, seconds, slo_ms=slo_ms, timeout_ms=timeout_ms)
+    point.notes[:0] = notes
+    return point
 
 
 async def _window(client, name: str, headers: dict | None, rec: _Recorder, length: float) -> _Window:  # noqa: ANN001
     before = await server_stats(client, name, headers)
-    rec.latencies, rec.errors, rec.rejected, rec.sample, rec.sent = [], 0, 0, None, 0
+    if not rec.hopeless.is_set():   # a point hopeless in its warm-up reports the failures it saw there
+        rec.latencies, rec.errors, rec.rejected, rec.sample, rec.sent = [], 0, 0, None, 0
     t0, c0 = time.perf_counter(), time.process_time()
-    await asyncio.sleep(length)
+    await _sleep(rec, length)
     lat, errors, rejected, sample, sent = rec.latencies, rec.errors, rec.rejected, rec.sample, rec.sent
     rec.latencies, rec.errors, rec.rejected, rec.sent = [], 0, 0, 0
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0

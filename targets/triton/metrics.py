@@ -99,9 +99,13 @@ def by_model(samples: list[tuple[str, dict[str, str], float]]) -> dict[tuple[str
 
 def summary(m: dict) -> dict:
     """The main figures of one model version: requests, averages in ms, the runtime's load."""
-    ok, execs = m.get("success", 0.0), m.get("executions", 0.0)
-    avg = lambda k: round(m[k] / ok / 1e3, 3) if ok and k in m else None  # noqa: E731
-    return {"success": int(ok), "failure": int(m.get("failure", 0)),
+    # Triton counts an error response of the python backend as a success: the runtime's own count
+    # of the requests it failed moves them to the failures
+    errors = m.get("runtime_errors") or 0.0
+    served, execs = m.get("success", 0.0), m.get("executions", 0.0)
+    ok = max(served - errors, 0.0)
+    avg = lambda k: round(m[k] / served / 1e3, 3) if served and k in m else None  # noqa: E731
+    return {"success": int(ok), "failure": int(m.get("failure", 0) + min(errors, served)),
             "avg_batch": round(m.get("inferences", 0) / execs, 2) if execs else None,
             "avg_request_ms": avg("request_us"), "avg_queue_ms": avg("queue_us"), "avg_infer_ms": avg("infer_us"),
             "load_s": m.get("load_s"), "runtime_errors": m.get("runtime_errors"),

@@ -133,3 +133,44 @@ def test_the_timeout_trial_line_says_a_share_or_why_it_failed():
         "timeout trial: inference_timeout_ms 20: 15.2% of requests rejected"
     assert T._timeout_line(T.Trial(setting, None, None, error="the server went away")) == \
         "timeout trial: inference_timeout_ms 20: failed: the server went away"
+
+
+class _Client:
+    """tritonclient's asyncio client as measure() uses it: infer() fails, or never returns."""
+
+    def __init__(self, how: str) -> None:
+        self.how, self.calls = how, 0
+
+    async def infer(self, *a, **k):
+        import asyncio
+
+        self.calls += 1
+        if self.how == "fail":
+            await asyncio.sleep(0.001)
+            raise RuntimeError("[StatusCode.INVALID_ARGUMENT] unexpected shape for input 'x'")
+        await asyncio.sleep(3600)
+
+    async def get_inference_statistics(self, *a, **k):
+        return {"model_stats": []}
+
+
+def test_a_point_whose_first_requests_all_fail_stops_early_and_says_why():
+    import asyncio
+
+    from mcp_compiler.targets.triton import loadgen
+
+    c = _Client("fail")
+    p = asyncio.run(loadgen.measure(c, "m", [], Load(concurrency=2), window_s=30, max_windows=3))
+    # one window, cut short: not three 30 s windows of failures
+    assert p.windows == 1 and p.requests == 0 and p.errors >= loadgen.EARLY_FAILURES
+    assert any(n.startswith("stopped early: its first") and "unexpected shape" in n for n in p.notes), p.notes
+
+
+def test_a_point_that_completed_nothing_says_what_is_in_flight():
+    import asyncio
+
+    from mcp_compiler.targets.triton import loadgen
+
+    p = asyncio.run(loadgen.measure(_Client("hang"), "m", [], Load(concurrency=2), seconds=0.5))
+    assert p.requests == 0 and p.errors == 0
+    assert any("no request completed" in n and "2 in flight, the slowest sent" in n for n in p.notes), p.notes
