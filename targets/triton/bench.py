@@ -23,7 +23,8 @@ import numpy as np
 
 from mcp_compiler.errors import McpError, ServerError, UsageError
 
-from .deploy import Connection, _server_error, read_entry, smoke_inputs
+from .client import Connection, aio_client, server_error
+from .deploy import read_entry, smoke_inputs
 from .loadgen import Load, Point, measure
 
 LOAD_TIMEOUT_S = 180.0
@@ -106,7 +107,7 @@ def served(target: str | os.PathLike, conn: Connection | None, *, batch_size: in
 def load_model(s: Served, config_json: str | None = None, files: dict[str, bytes] | None = None) -> None:
     """(Re)load s.name, with `config_json` instead of the config on disk when given (and the
     version folder's `files` uploaded, for a name the repository does not have)."""
-    from .deploy import client
+    from .client import client
 
     c = client(s.conn)
     try:
@@ -127,7 +128,7 @@ def load_model(s: Served, config_json: str | None = None, files: dict[str, bytes
 
 def unload_model(s: Served) -> None:
     """Unload s.name if loaded; quietly (a clean-up)."""
-    from .deploy import client
+    from .client import client
 
     c = client(s.conn)
     try:
@@ -142,11 +143,11 @@ def remote_config(conn: Connection, name: str) -> Any:
     from google.protobuf import json_format
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from .deploy import _call, client
+    from .client import call, client
 
     c = client(conn)
     try:
-        js = _call(conn, f"reading the config of {name}", c.get_model_config, name, headers=conn.headers(),
+        js = call(conn, f"reading the config of {name}", c.get_model_config, name, headers=conn.headers(),
                    as_json=True)
     finally:
         c.close()
@@ -239,18 +240,6 @@ def infer_inputs(feeds: dict[str, np.ndarray]) -> list:
     return out
 
 
-def aio_client(conn: Connection):  # noqa: ANN201 - tritonclient.grpc.aio.InferenceServerClient
-    import tritonclient.grpc.aio as aio
-
-    from .deploy import pem_path
-
-    if conn.protocol != "grpc":
-        raise UsageError("bench and tune measure over gRPC: give the server's gRPC port (--protocol grpc)")
-    return aio.InferenceServerClient(conn.url, ssl=conn.ssl, root_certificates=pem_path(conn.root_cert),
-                                     private_key=pem_path(conn.client_key, "key"),
-                                     certificate_chain=pem_path(conn.client_cert))
-
-
 def measure_points(s: Served, loads: list[Load], *, batch_size: int = 1, window_s: float = 2.0,
                    max_windows: int = 10, seconds: float | None = None, progress=None,  # noqa: ANN001
                    slo_ms: float | None = None, window_progress=None,  # noqa: ANN001
@@ -314,7 +303,7 @@ async def _check_ready(c, s: Served) -> None:  # noqa: ANN001
     try:
         ready = await c.is_model_ready(s.name, headers=s.conn.headers(), client_timeout=s.conn.timeout)
     except Exception as e:  # noqa: BLE001 - grpc raises many kinds
-        raise _server_error(s.conn, e, f"checking {s.name}") from None
+        raise server_error(s.conn, e, f"checking {s.name}") from None
     if not ready:
         raise ServerError(f"{s.name} is not READY on {s.conn.describe()}")
     if await _stats_missing(c, s):

@@ -121,7 +121,7 @@ def cold(s: Served, runs: int = 3, metrics_url: str | None = None, progress=None
 
 
 def _client(s: Served):  # noqa: ANN202
-    from .deploy import client
+    from .client import client
 
     return client(s.conn)
 

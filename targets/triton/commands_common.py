@@ -45,11 +45,11 @@ class ConnectionFlags:
     timeout: float = 60.0
     grpc_only: bool = False
 
-    def connection(self, required: bool = True):  # noqa: ANN201 - deploy.Connection, or None
+    def connection(self, required: bool = True):  # noqa: ANN201 - client.Connection, or None
         """The Connection, checked; None when no --url was given and none is `required`."""
         import os
 
-        from .deploy import Connection, parse_url
+        from .client import Connection, parse_url
 
         if self.url is None:
             if required:

@@ -189,8 +189,8 @@ class _Tls:
 
 def _tls(cert: Path | None, key: Path | None, client_ca: Path | None) -> _Tls:
     """Checked before the server starts: both of --tls-cert and --tls-key or neither, each a PEM
-    of its kind (deploy.pem_path), --tls-client-ca only with them."""
-    from .deploy import pem_path
+    of its kind (client.pem_path), --tls-client-ca only with them."""
+    from .client import pem_path
 
     if (cert is None) != (key is None):
         raise UsageError("--tls-cert and --tls-key go together (the server's certificate and its private key)")

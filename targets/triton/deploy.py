@@ -16,11 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,13 +27,12 @@ import numpy as np
 from mcp_compiler.errors import (
     InvalidModelError,
     McpError,
-    ServerAuthError,
     ServerError,
-    ServerLoadError,
-    ServerUnreachableError,
     UsageError,
 )
 from mcp_compiler.names import check_name
+
+from .client import Connection, call, client, load_error
 
 # One gRPC message carries at most 2 GiB - 1 byte (client and Triton alike); leave room for the
 # config and framing. HTTP sends files base64-encoded in one JSON body: past 1 GiB the client's
@@ -51,55 +47,6 @@ class DeployError(ServerError):
 
 class NotLoadedError(ServerError):
     """undeploy: the server does not have the model loaded."""
-
-
-SCHEMES = {"grpc": ("grpc", False), "grpcs": ("grpc", True), "http": ("http", False), "https": ("http", True)}
-
-
-def parse_url(url: str, protocol: str | None = None, ssl: bool = False) -> tuple[str, str, bool]:
-    """`--url` as users write it -> (HOST:PORT, protocol, ssl). Takes HOST:PORT (protocol from
-    `protocol`, default grpc), grpc://, grpcs://, http:// and https:// (the scheme picks the
-    protocol and TLS), with or without a trailing slash; `[::1]:8001` for IPv6."""
-    text = url.strip()
-    scheme, sep, rest = text.partition("://")
-    if sep:
-        if scheme.lower() not in SCHEMES:
-            raise UsageError(f"--url {url!r}: unknown scheme {scheme!r} (grpc://, http://, https:// or HOST:PORT)")
-        proto, tls = SCHEMES[scheme.lower()]
-        if protocol is not None and protocol != proto:
-            raise UsageError(f"--url {url!r} is {proto} but --protocol says {protocol}: give one")
-        ssl = ssl or tls
-    else:
-        rest, proto = text, protocol or "grpc"
-    rest = rest.rstrip("/")
-    host, colon, port = rest.rpartition(":")
-    if not colon or not host or "/" in rest or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-        raise UsageError(f"--url: expected HOST:PORT, grpc://HOST:PORT or http://HOST:PORT, got {url!r}")
-    return f"{host}:{int(port)}", proto, ssl
-
-
-@dataclass
-class Connection:
-    url: str
-    protocol: str = "grpc"
-    ssl: bool = False
-    root_cert: Path | None = None
-    client_cert: Path | None = None
-    client_key: Path | None = None
-    token: str | None = None
-    token_header: str = "mcp-api-key"
-    timeout: float = 60.0
-
-    def headers(self) -> dict[str, str] | None:
-        if not self.token:
-            return None
-        # Triton's restricted gRPC protocols expect "triton-grpc-protocol-<key>"; HTTP, the key itself.
-        key = f"triton-grpc-protocol-{self.token_header}" if self.protocol == "grpc" else self.token_header
-        return {key: self.token}
-
-    def describe(self) -> str:
-        tls = " over TLS" + (" (mutual)" if self.client_cert else "") if self.ssl else ""
-        return f"{self.protocol}://{self.url}{tls}"
 
 
 @dataclass
@@ -121,131 +68,6 @@ class DeployReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def client(conn: Connection):  # noqa: ANN201 - a tritonclient InferenceServerClient
-    if conn.protocol == "grpc":
-        # gRPC's C core logs TLS and connection failures to stderr itself; the error line says it
-        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-        import tritonclient.grpc as tg
-
-        args = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
-        return tg.InferenceServerClient(
-            conn.url, ssl=conn.ssl, root_certificates=pem_path(conn.root_cert),
-            private_key=pem_path(conn.client_key, "key"), certificate_chain=pem_path(conn.client_cert),
-            channel_args=args)
-    if conn.protocol == "http":
-        import tritonclient.http as th
-
-        if conn.client_cert and not conn.ssl:
-            raise UsageError("--client-cert needs --ssl")
-        opts = {}
-        if conn.ssl:
-            if conn.root_cert:
-                opts["ca_certs"] = pem_path(conn.root_cert)
-            if conn.client_cert:
-                opts["certfile"], opts["keyfile"] = pem_path(conn.client_cert), pem_path(conn.client_key, "key")
-        return th.InferenceServerClient(conn.url, ssl=conn.ssl, ssl_options=opts or None,
-                                        connection_timeout=conn.timeout, network_timeout=conn.timeout)
-    raise UsageError(f"--protocol must be grpc or http, got {conn.protocol!r}")
-
-
-def pem_path(p: Path | None, kind: str = "certificate") -> str | None:
-    """A PEM file for TLS: a regular file of at most 1 MiB holding a `kind` block (`certificate`:
-    -----BEGIN CERTIFICATE-----; `key`: a PRIVATE KEY block). A folder, FIFO, device, empty or
-    garbage file, or a PEM of another kind (a key given as the certificate) is one line naming it,
-    before any connection."""
-    if p is None:
-        return None
-    from mcp_compiler.files import read_regular
-
-    what = "certificate file" if kind == "certificate" else "key file"
-    if not Path(p).exists():
-        raise UsageError(f"{what} {p} does not exist")
-    data = read_regular(p, what, limit=1 << 20)
-    if b"-----BEGIN " not in data:
-        raise UsageError(f"{what} {p} is {'empty' if not data.strip() else 'not PEM'} "
-                         "(expected -----BEGIN ...----- blocks)")
-    want = re.compile(rb"-----BEGIN (?:TRUSTED )?CERTIFICATE-----" if kind == "certificate"
-                      else rb"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----")
-    if not want.search(data):
-        found = re.search(rb"-----BEGIN ([A-Z0-9 ]+)-----", data)
-        raise UsageError(f"{what} {p} holds no {'CERTIFICATE' if kind == 'certificate' else 'PRIVATE KEY'} block "
-                         f"(found {found.group(1).decode() if found else 'none'})")
-    return str(p)
-
-
-_AUTH = ("restricted", "expecting header", "unauthenticated", "permission denied")
-_AUTH_STATUS = re.compile(r"(?<![\d:.])40[13](?![\d.])")   # HTTP 401/403, not a port like :40111
-_UNREACHABLE = ("unavailable", "connection refused", "failed to connect", "connect call failed",
-                "name or service not known", "no route", "timed out", "timeout", "deadline exceeded",
-                "temporary failure in name resolution", "cannot assign requested address")
-_TLS = ("ssl", "handshake", "certificate", "tls", "wrong_version_number")
-
-
-def _server_error(conn: Connection, e: BaseException, doing: str) -> McpError:
-    """One clear line for what went wrong talking to the server: unreachable, refused
-    credentials (token or TLS), or anything else the server answered."""
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    low = msg.lower()
-    if any(s in low for s in _AUTH) or _AUTH_STATUS.search(low):
-        return ServerAuthError(f"{conn.describe()} refused {doing} (token missing or wrong?): {msg}")
-    if any(s in low for s in _TLS):
-        return ServerAuthError(f"TLS with {conn.describe()} failed while {doing}: {msg}")
-    if _polling(low):
-        return ServerError(f"{conn.describe()} refuses loads and unloads while {doing}: it polls its repository "
-                           "folder (Triton's --model-control-mode=poll; `mcp-cli serve --poll`). Start it with "
-                           "`mcp-cli serve DIR` (loads DIR's models and accepts deploys) or --model-control-mode=explicit")
-    hint = _other_protocol_hint(conn, low)
-    if hint:
-        return ServerUnreachableError(f"{conn.describe()} does not answer {conn.protocol} while {doing}: {hint}")
-    if any(s in low for s in _UNREACHABLE):
-        return ServerUnreachableError(f"cannot reach Triton at {conn.describe()} while {doing}: {msg}")
-    return ServerError(f"{conn.describe()}: {doing} failed: {msg}")
-
-
-def _polling(low: str) -> bool:
-    """Triton's refusal of a load/unload when it polls its repository folder (lower-cased text)."""
-    return "polling is enabled" in low or "explicit model load / unload is not allowed" in low
-
-
-def _other_protocol_hint(conn: Connection, low: str) -> str | None:
-    """A port that speaks the other protocol (Triton's HTTP port given to a gRPC client, or the
-    reverse) fails with a transport error that names neither; ask the port the other way."""
-    if conn.ssl:
-        return None
-    if conn.protocol == "grpc" and "socket closed" in low:
-        try:
-            with urllib.request.urlopen(f"http://{conn.url}/v2/health/live", timeout=min(conn.timeout, 3)):
-                pass
-        except urllib.error.HTTPError:
-            pass   # an HTTP answer all the same
-        except (OSError, ValueError):
-            return None
-        return f"{conn.url} is an HTTP port (Triton's HTTP endpoint?): use --url http://{conn.url}, or the gRPC port"
-    if conn.protocol == "http" and ("expected http/" in low or "parse" in low or "remotedisconnected" in low):
-        return f"{conn.url} does not speak HTTP/1.1 (Triton's gRPC port?): use --url grpc://{conn.url}, or the HTTP port"
-    return None
-
-
-def _load_error(conn: Connection, e: BaseException, name: str, version: int) -> McpError:
-    """The server answered its metadata, so it is reachable: a failed load is the model's."""
-    err = _server_error(conn, e, f"loading {name} v{version}")
-    if isinstance(err, ServerAuthError):
-        return err
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if _polling(msg.lower()):   # the server's mode, not the model: _server_error's own line says so
-        return err
-    return ServerLoadError(f"{conn.describe()} failed to load {name} v{version}: {msg}")
-
-
-def _call(conn: Connection, doing: str, fn, *args, **kw):  # noqa: ANN001, ANN202
-    try:
-        return fn(*args, **kw)
-    except McpError:
-        raise
-    except Exception as e:  # noqa: BLE001 - tritonclient/grpc/gevent raise many kinds
-        raise _server_error(conn, e, doing) from None
 
 
 # -- the entry --------------------------------------------------------------------------------------
@@ -417,7 +239,7 @@ def reload_source(conn: Connection, name: str) -> tuple[str, dict[str, bytes]] |
     loaded back: an error saying so, before anything is unloaded."""
     c = client(conn)
     try:
-        index = _call(conn, "listing models", c.get_model_repository_index, headers=conn.headers())
+        index = call(conn, "listing models", c.get_model_repository_index, headers=conn.headers())
         names = {r["name"] for r in index} if isinstance(index, list) else {m.name for m in index.models}
         if name in names:
             return None
@@ -614,7 +436,7 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
         return report
     c = client(conn)
     try:
-        meta = _call(conn, "reading server metadata", c.get_server_metadata, headers=conn.headers())
+        meta = call(conn, "reading server metadata", c.get_server_metadata, headers=conn.headers())
         ext = meta["extensions"] if isinstance(meta, dict) else list(meta.extensions)
         if "model_repository" not in ext:
             raise ServerError(f"{conn.describe()} has no model repository extension; it cannot load models on request")
@@ -634,7 +456,7 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
                 c.load_model(name, headers=conn.headers(), config=config_json, files=files,
                              **({"client_timeout": wait_timeout} if conn.protocol == "grpc" else {}))
             except Exception as e:  # noqa: BLE001 - tritonclient raises many kinds
-                raise _load_error(conn, e, name, v) from None
+                raise load_error(conn, e, name, v) from None
             _wait_ready(c, conn, name, v, wait_timeout)
         except McpError as e:
             still = _ready_versions(c, conn, name)
@@ -648,7 +470,7 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
         report.load_seconds = round(time.perf_counter() - t0, 3)
         if smoke:
             try:
-                report.smoke_seconds = round(_call(conn, f"smoke inference on {name} v{v}", _smoke, c, conn, cfg, name, v, feeds), 4)
+                report.smoke_seconds = round(call(conn, f"smoke inference on {name} v{v}", _smoke, c, conn, cfg, name, v, feeds), 4)
             except McpError as e:
                 raise _after_bad_smoke(c, conn, name, e, report, rollback_on_failure) from None
         try:
@@ -685,16 +507,16 @@ def _after_bad_smoke(c, conn: Connection, name: str, err: McpError, report: Depl
 
 def _rows(c, conn: Connection) -> list[dict]:  # noqa: ANN001
     """The repository index, and the uploaded models it leaves out (found in the statistics)."""
-    index = _call(conn, "listing models", c.get_model_repository_index, headers=conn.headers())
+    index = call(conn, "listing models", c.get_model_repository_index, headers=conn.headers())
     rows = [dict(r) for r in index] if isinstance(index, list) else [
         {"name": m.name, "version": m.version, "state": m.state, "reason": m.reason} for m in index.models]
     seen = {r["name"] for r in rows}
-    stats = _call(conn, "reading statistics", c.get_inference_statistics, headers=conn.headers())
+    stats = call(conn, "reading statistics", c.get_inference_statistics, headers=conn.headers())
     entries = stats["model_stats"] if isinstance(stats, dict) else [
         {"name": s.name, "version": s.version} for s in stats.model_stats]
     for s in entries:
         if s["name"] not in seen:
-            ready = _call(conn, "reading readiness", c.is_model_ready, s["name"], s.get("version", ""),
+            ready = call(conn, "reading readiness", c.is_model_ready, s["name"], s.get("version", ""),
                           headers=conn.headers())
             rows.append({"name": s["name"], "version": s.get("version", ""),
                          "state": "READY" if ready else "UNAVAILABLE", "reason": "uploaded"})
@@ -723,11 +545,11 @@ def undeploy(name: str, conn: Connection, *, wait_timeout: float = 60.0) -> dict
     check_name(name, what="the model name")
     c = client(conn)
     try:
-        _call(conn, "reading server metadata", c.get_server_metadata, headers=conn.headers())
+        call(conn, "reading server metadata", c.get_server_metadata, headers=conn.headers())
         if not _ready_versions(c, conn, name):
             raise NotLoadedError(f"{name} is not loaded on the server {conn.describe()}")
         t0 = time.perf_counter()
-        _call(conn, f"unloading {name}", c.unload_model, name, headers=conn.headers())
+        call(conn, f"unloading {name}", c.unload_model, name, headers=conn.headers())
         deadline = time.monotonic() + wait_timeout
         while True:
             mine = [r for r in _rows(c, conn) if r["name"] == name]

@@ -54,7 +54,7 @@ def test_bench_closed_and_open_loop(entry, tmp_path):
 
 def test_bench_until_stable_and_against_a_running_server(entry):
     from mcp_compiler.targets.triton.bench import bench
-    from mcp_compiler.targets.triton.deploy import Connection
+    from mcp_compiler.targets.triton.client import Connection
     from mcp_compiler.targets.triton.loadgen import Load
     from mcp_compiler.targets.triton.serve import TritonServer
 

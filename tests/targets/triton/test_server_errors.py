@@ -4,7 +4,8 @@ for "401" and a refused connection reported as a refused token)."""
 import pytest
 
 from mcp_compiler.errors import ServerAuthError, ServerError, ServerUnreachableError
-from mcp_compiler.targets.triton.deploy import Connection, _server_error, parse_url
+from mcp_compiler.targets.triton.client import Connection, parse_url
+from mcp_compiler.targets.triton.client import server_error as _server_error
 
 
 @pytest.mark.parametrize("port", [401, 403, 4010, 40111, 40311, 14013])
