@@ -14,6 +14,7 @@ from mcp_compiler.names import check_name, sanitize_name  # noqa: F401 - re-expo
 
 from ..base import Note
 from .params import ServingParams
+from .runtime import params as P
 
 
 def _model_config_pb2():  # noqa: ANN202 - the generated module
@@ -177,7 +178,7 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
         # Triton cannot split one model across GPUs by itself: this places `count` instances on
         # each of GPUs 0..N-1; the backend receives tensor_parallel_size as a parameter.
         group.gpus.extend(range(p.tensor_parallel_size))
-    params = {"quantization_level": quantization,
+    params = {P.QUANTIZATION_LEVEL: quantization,
               "tensor_parallel_size": str(p.tensor_parallel_size)}
     layouts = {v.name: Layout(v.layout).name for v in [*inputs, *outputs] if v.layout != Layout.NONE}
     if layouts:
@@ -185,7 +186,7 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
         # verify` transposes those, and feeds an input that was NHWC already as it is
         changed = {v.name: Layout(v.layout).name for v in [*inputs, *outputs] if v.layout != Layout.NONE
                    and v.metadata_props.get("mcp:original_layout") != Layout(v.layout).name}
-        params["mcp_layouts"] = json.dumps(changed, sort_keys=True)
+        params[P.LAYOUTS] = json.dumps(changed, sort_keys=True)
         for c in cfg.input:
             if len(c.dims) != 3:   # Triton takes a format only on [C,H,W]-ranked (batched) dims
                 continue
@@ -200,7 +201,7 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
             raise UnsupportedError(f"interface value {scalars[0]!r} is a scalar: Triton carries it as [1], and "
                                    "only the python backend's runtime reshapes it for the model",
                                    hint="use --backend python")
-        params["mcp_scalars"] = json.dumps(scalars)
+        params[P.SCALARS] = json.dumps(scalars)
         warnings.append(Note(f"{', '.join(repr(n) for n in scalars)} {'is a scalar' if len(scalars) == 1 else 'are scalars'} "
                              "(rank 0): Triton has no rank-0 tensors, so the entry declares dims [1]; clients "
                              "send (and get) a one-element array and the runtime hands the model [] (bench, "
@@ -210,12 +211,12 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
         if p.precision == "bf16":
             params["HINT_BF16"] = "YES"
     if backend == "python":
-        params["mcp_runtime"] = "model.mcpir"
+        params[P.RUNTIME] = "model.mcpir"
         if p.runtime == "openvino" and p.precision in ("f32", "bf16"):   # fixed by the user; auto: emit's profile
-            params["mcp_execution"], params["mcp_precision"] = "openvino", p.precision
-        params["ort_prepack"] = "true" if p.prepack else "false"
+            params[P.EXECUTION], params[P.PRECISION] = "openvino", p.precision
+        params[P.PREPACK] = "true" if p.prepack else "false"
         if _dequantizes_weights(model) and (p.dequantize_at_load or p.dequantize_at_load is None and p.kind == "cpu"):
-            params["ort_dequantize_at_load"] = "true"
+            params[P.DEQUANTIZE_AT_LOAD] = "true"
             if p.dequantize_at_load is None:
                 warnings.append("the served model dequantizes its quantized weights once at load (float32 in "
                                 "memory; onnxruntime's CPU kernels would dequantize them on every request); "
@@ -224,8 +225,8 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
         warnings.append("dequantize_at_load applies to the python backend only (Triton's onnxruntime backend "
                         "takes no session configuration)")
     if state:
-        params["mcp_state"] = json.dumps(state)
-        params["mcp_max_sequences"] = str(p.max_sequences)
+        params[P.STATE] = json.dumps(state)
+        params[P.MAX_SEQUENCES] = str(p.max_sequences)
         warnings.append(Note(f"stateful: {', '.join(x['input'] + '->' + x['output'] for x in state)} kept on the server "
                         f"per sequence ({p.sequence_strategy} sequence batcher; clients send a sequence ID with "
                         "START/END and only the other inputs; --no-state serves it stateless)"))

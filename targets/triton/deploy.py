@@ -33,6 +33,7 @@ from mcp_compiler.errors import (
 from mcp_compiler.names import check_name
 
 from .client import Connection, call, client, load_error
+from .runtime import params as P
 
 # One gRPC message carries at most 2 GiB - 1 byte (client and Triton alike); leave room for the
 # config and framing. HTTP sends files base64-encoded in one JSON body: past 1 GiB the client's
@@ -104,8 +105,8 @@ def _check_files(cfg: Any, local: Path, files: dict[str, bytes]) -> None:
                                 "deploys (python, onnxruntime, openvino)")
     names = {k.split("/", 1)[1] for k in files}
     wants = ["model.py"] if backend == "python" else ["model.onnx"]
-    if backend == "python" and "mcp_runtime" in cfg.parameters:
-        wants.append(cfg.parameters["mcp_runtime"].string_value)
+    if backend == "python" and P.RUNTIME in cfg.parameters:
+        wants.append(cfg.parameters[P.RUNTIME].string_value)
     for want in wants:
         if want not in names:
             raise InvalidModelError(local, f"no {want} for the {backend} backend")

@@ -27,9 +27,10 @@ from mcp_compiler.mcpir import write_mcpir
 from ..base import EmitResult, Note, TargetOptions
 from .config import build_config, check_name, to_pbtxt
 from .params import ServingParams
+from .runtime import params as P
 
 RUNTIME_PACKAGE = "mcp_runtime"
-_RUNTIME_FILES = ("__init__.py", "runtime.py", "sequences.py", "telemetry.py")
+_RUNTIME_FILES = ("__init__.py", "params.py", "runtime.py", "sequences.py", "telemetry.py")
 
 
 def write_runtime(dest: Path) -> list[Path]:
@@ -66,7 +67,7 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     if options.budget:   # what `mcp-cli verify` judges the entry by later (the budget it was built with)
         import json
 
-        cfg.parameters["mcp_budget"].string_value = json.dumps(options.budget, sort_keys=True)
+        cfg.parameters[P.BUDGET].string_value = json.dumps(options.budget, sort_keys=True)
     made = _make_dirs(out_dir)
     staging = tmp = None
     session_check = None
@@ -130,18 +131,18 @@ def _choose_execution(model: Model, vdir: Path, cfg, params: ServingParams, warn
 
     from .verify import execution_loader
 
-    if "mcp_execution" in cfg.parameters:   # fixed by the user: nothing to measure
-        budget = prof.budget_for(cfg.parameters["mcp_precision"].string_value)
-        cfg.parameters["mcp_budget"].string_value = json.dumps(budget, sort_keys=True)
+    if P.EXECUTION in cfg.parameters:   # fixed by the user: nothing to measure
+        budget = prof.budget_for(cfg.parameters[P.PRECISION].string_value)
+        cfg.parameters[P.BUDGET].string_value = json.dumps(budget, sort_keys=True)
         return None
 
     p = prof.choose(model, execution_loader(vdir), runtime=params.runtime, precision=params.precision,
                     seconds=float(params.profile_seconds), dims=dict(params.warmup_dims) or None)
     c = p.chosen
     if (c.runtime, c.precision) != ("onnxruntime", "f32"):
-        cfg.parameters["mcp_execution"].string_value = c.runtime
-        cfg.parameters["mcp_precision"].string_value = c.precision
-        cfg.parameters["mcp_budget"].string_value = json.dumps(c.budget, sort_keys=True)
+        cfg.parameters[P.EXECUTION].string_value = c.runtime
+        cfg.parameters[P.PRECISION].string_value = c.precision
+        cfg.parameters[P.BUDGET].string_value = json.dumps(c.budget, sort_keys=True)
     warnings.append(Note(f"--runtime {params.runtime}: {c.key} chosen ({_why(p)}; {p.rounds} paired rounds in "
                          f"{p.seconds:.1f} s, judged on {p.judge_samples} samples the choice never saw)"))
     return p.to_dict()

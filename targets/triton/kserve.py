@@ -25,6 +25,7 @@ from typing import Any
 from mcp_compiler.errors import InvalidModelError, McpError, UsageError
 
 from .entry import int_parameter
+from .runtime import params as P
 
 # The Triton release the local `mcp-cli serve` runs (tritonserver 2.51 from nvidia-pytriton 0.7.0)
 # is NGC's 24.10 image: manifests ask for the same, so what was verified here is what runs there.
@@ -198,7 +199,7 @@ def resources_for(cfg: Any, local: Path) -> dict[str, Any]:
     groups = list(cfg.instance_group) or [mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)]
     instances = sum(max(g.count, 1) for g in groups)
     gpu = any(g.kind == mc.ModelInstanceGroup.KIND_GPU for g in groups)
-    threads = int_parameter(cfg, "intra_op_threads", digits=4, where=local.parent / "config.pbtxt")
+    threads = int_parameter(cfg, P.INTRA_OP_THREADS, digits=4, where=local.parent / "config.pbtxt")
     if instances > MAX_INSTANCES or threads > MAX_INSTANCES:   # a pod's requests come from these
         raise InvalidModelError(local.parent / "config.pbtxt", f"{instances} instances x {threads} threads: more than "
                                 f"a pod is sized for (at most {MAX_INSTANCES} of each)")

@@ -48,6 +48,7 @@ from mcp_compiler.errors import McpError, UsageError
 from .bench import Served, load_model, measure_points, served, still_serving, unload_model
 from .entry import int_parameter
 from .loadgen import WARMUP_S, Load, Point
+from .runtime import params as P
 
 DELAYS_US = (0, 100, 500, 2000)
 CONFIRM_PAIRS = 5
@@ -84,13 +85,13 @@ class Setting:
         db = cfg.dynamic_batching if cfg.HasField("dynamic_batching") else None
         q = db.default_queue_policy if db is not None else None
         p = cfg.parameters
-        execution = (f"{p['mcp_execution'].string_value}/{p['mcp_precision'].string_value}"
-                     if "mcp_execution" in p and "mcp_precision" in p else "onnxruntime/f32")
+        execution = (f"{p[P.EXECUTION].string_value}/{p[P.PRECISION].string_value}"
+                     if P.EXECUTION in p and P.PRECISION in p else "onnxruntime/f32")
         return cls(db is not None, cfg.max_batch_size, tuple(db.preferred_batch_size) if db else (),
                    db.max_queue_delay_microseconds if db else 0,
-                   sum(g.count or 1 for g in cfg.instance_group) or 1, int_parameter(cfg, "intra_op_threads", digits=6),
+                   sum(g.count or 1 for g in cfg.instance_group) or 1, int_parameter(cfg, P.INTRA_OP_THREADS, digits=6),
                    q.max_queue_size if q else 0, (q.default_timeout_microseconds // 1000) if q else 0,
-                   execution, p["mcp_budget"].string_value if "mcp_budget" in p else "")
+                   execution, p[P.BUDGET].string_value if P.BUDGET in p else "")
 
     def config(self, base: Any) -> Any:
         """`base` (a ModelConfig) with this setting. Turning batching on for an entry written
@@ -119,18 +120,18 @@ class Setting:
         cfg.ClearField("instance_group")
         cfg.instance_group.add(count=self.instance_count, kind=kind)
         if self.intra_op_threads:
-            cfg.parameters["intra_op_threads"].string_value = str(self.intra_op_threads)
-        elif "intra_op_threads" in cfg.parameters:
-            del cfg.parameters["intra_op_threads"]
-        for key in ("mcp_execution", "mcp_precision"):
+            cfg.parameters[P.INTRA_OP_THREADS].string_value = str(self.intra_op_threads)
+        elif P.INTRA_OP_THREADS in cfg.parameters:
+            del cfg.parameters[P.INTRA_OP_THREADS]
+        for key in (P.EXECUTION, P.PRECISION):
             if key in cfg.parameters:
                 del cfg.parameters[key]
         if self.execution != "onnxruntime/f32":
             runtime, precision = self.execution.split("/")
-            cfg.parameters["mcp_execution"].string_value = runtime
-            cfg.parameters["mcp_precision"].string_value = precision
+            cfg.parameters[P.EXECUTION].string_value = runtime
+            cfg.parameters[P.PRECISION].string_value = precision
             if self.budget:
-                cfg.parameters["mcp_budget"].string_value = self.budget
+                cfg.parameters[P.BUDGET].string_value = self.budget
         return cfg
 
     def to_dict(self) -> dict:

@@ -12,6 +12,8 @@ from pathlib import Path
 from mcp_compiler.errors import InvalidModelError, UsageError
 from mcp_compiler.reference import VerifyReport, compare_with_original, session_options
 
+from .runtime import params as P
+
 _counter = itertools.count()
 
 
@@ -64,23 +66,23 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     _check_same_interface(Path(input), cfg, model_dir)
     vdir = _latest_version(model_dir)
     backend = cfg.backend or "onnxruntime"
-    level = cfg.parameters["quantization_level"].string_value if "quantization_level" in cfg.parameters else "none"
+    level = cfg.parameters[P.QUANTIZATION_LEVEL].string_value if P.QUANTIZATION_LEVEL in cfg.parameters else "none"
     params = {k: v.string_value for k, v in cfg.parameters.items()}
     recorded = _recorded_budget(params, model_dir)
-    execution = (params.get("mcp_execution", "onnxruntime"), params.get("mcp_precision", "f32"))
+    execution = (params.get(P.EXECUTION, "onnxruntime"), params.get(P.PRECISION, "f32"))
     judged = budget or recorded or default_budget(level)
     seed = seed if seed is not None else (JUDGE_SEED if judged else 0)
     report = VerifyReport(str(model_dir), backend, samples or (SAMPLES if judged else 1), dict(dims or {}), rtol, atol)
     report.quantization_level = level
     report.budget = dict(judged)
     # the interface's layout contract: NHWC values are the NCHW original's, transposed
-    report.layouts = json.loads(cfg.parameters["mcp_layouts"].string_value) if "mcp_layouts" in cfg.parameters else {}
-    dequantize = ("ort_dequantize_at_load" in cfg.parameters
-                  and cfg.parameters["ort_dequantize_at_load"].string_value.lower() == "true")
+    report.layouts = json.loads(cfg.parameters[P.LAYOUTS].string_value) if P.LAYOUTS in cfg.parameters else {}
+    dequantize = (P.DEQUANTIZE_AT_LOAD in cfg.parameters
+                  and cfg.parameters[P.DEQUANTIZE_AT_LOAD].string_value.lower() == "true")
     report.execution = "/".join(execution)
     report = compare_with_original(input, lambda pin=False: _emitted_runner(backend, vdir, pin, dequantize, execution),
                                    report, seed=seed, inputs=inputs)
-    if "mcp_state" in cfg.parameters:
+    if P.STATE in cfg.parameters:
         _verify_sequence(Path(input), vdir, cfg, report)
     return report
 
@@ -97,7 +99,7 @@ def _verify_sequence(original: Path, vdir: Path, cfg, report: VerifyReport) -> N
     from mcp_compiler.frontend import load_onnx
     from mcp_compiler.reference import OutputCheck, compare, open_original, sample_inputs
 
-    pairs = json.loads(cfg.parameters["mcp_state"].string_value)
+    pairs = json.loads(cfg.parameters[P.STATE].string_value)
     states = {p["input"] for p in pairs}
     sess = open_original(original)[0]
     names = [o.name for o in sess.get_outputs()]
@@ -136,8 +138,8 @@ def _check_same_interface(original: Path, cfg, entry: Path) -> None:  # noqa: AN
     want = [i.name for i in g.input if i.name not in weights]
     outs = [o.name for o in g.output]
     have, served = [i.name for i in cfg.input], [o.name for o in cfg.output]
-    if "mcp_state" in cfg.parameters:   # a stateful entry keeps its state inputs and outputs on the server
-        pairs = json.loads(cfg.parameters["mcp_state"].string_value)
+    if P.STATE in cfg.parameters:   # a stateful entry keeps its state inputs and outputs on the server
+        pairs = json.loads(cfg.parameters[P.STATE].string_value)
         have += [p["input"] for p in pairs]
         served += [p["output"] for p in pairs]
     problems = []
@@ -157,7 +159,7 @@ def _check_same_interface(original: Path, cfg, entry: Path) -> None:  # noqa: AN
 def _recorded_budget(params: dict[str, str], entry: Path) -> dict[str, float]:
     """The budget the entry was built with (`mcp_budget`: --accuracy-budget, or the one its
     execution was chosen by), {} when none."""
-    text = params.get("mcp_budget")
+    text = params.get(P.BUDGET)
     if not text:
         return {}
     try:

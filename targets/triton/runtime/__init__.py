@@ -4,7 +4,18 @@ This package is copied into each model repository's version folder by mcp-cli (w
 FlatBuffers code generated from mcp_ir.fbs and the buffer verifier); it never imports mcp-cli.
 """
 
-from .runtime import MCPIRError, MCPIRModel, execution
-from .sequences import SequenceState, StateTableFull
-
 __all__ = ["MCPIRError", "MCPIRModel", "SequenceState", "StateTableFull", "execution"]
+
+
+def __getattr__(name: str) -> object:
+    """The runtime's names load on first use: `params` (the config's keys, standard library only)
+    is read by mcp-cli itself without loading onnxruntime or the FlatBuffers code."""
+    if name in ("MCPIRError", "MCPIRModel", "execution"):
+        from . import runtime
+
+        return getattr(runtime, name)
+    if name in ("SequenceState", "StateTableFull"):
+        from . import sequences
+
+        return getattr(sequences, name)
+    raise AttributeError(name)

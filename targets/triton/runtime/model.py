@@ -28,6 +28,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 from mcp_runtime import MCPIRModel, SequenceState, execution  # noqa: E402
+from mcp_runtime.params import read as read_params  # noqa: E402
 from mcp_runtime.telemetry import Telemetry, trace_context  # noqa: E402
 
 _T_READY = time.time_ns()
@@ -37,17 +38,14 @@ class TritonPythonModel:
     def initialize(self, args):
         cfg = json.loads(args["model_config"])
         self.max_batch = int(cfg.get("max_batch_size", 0))
-        params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
-        path = os.path.join(HERE, params.get("mcp_runtime", "model.mcpir"))
-        threads = int(params.get("intra_op_threads", "0") or 0)
-        prepack = params.get("ort_prepack", "true").lower() != "false"
-        dequantize = params.get("ort_dequantize_at_load", "false").lower() == "true"
+        p = read_params({k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()})
+        path = os.path.join(HERE, p.runtime)
         # the execution the entry was built for (mcp-cli convert --runtime): onnxruntime fp32 by default
-        how = execution(params.get("mcp_execution", "onnxruntime"), params.get("mcp_precision", "f32"))
+        how = execution(p.execution, p.precision)
         if how.get("engine") == "openvino":
             how["cache_dir"] = _cache_dir(path)
-        self.model = MCPIRModel(path, intra_op_threads=threads or None, prepack=prepack,
-                                dequantize_at_load=dequantize, **how)
+        self.model = MCPIRModel(path, intra_op_threads=p.intra_op_threads or None, prepack=p.prepack,
+                                dequantize_at_load=p.dequantize_at_load, **how)
         name, version = args.get("model_name", cfg.get("name", "?")), str(args.get("model_version", "?"))
         self.tel = Telemetry.create(name, version)
         self.metrics = _Metrics(name, version, traced=self.tel is not None)
@@ -58,13 +56,11 @@ class TritonPythonModel:
         self.inputs = [i["name"] for i in cfg["input"]]
         self.outputs = [o["name"] for o in cfg["output"]]
         # scalars the model takes or gives travel as [1] (Triton has no scalars without batching)
-        self.scalars = set(json.loads(params.get("mcp_scalars", "[]")))
-        pairs = json.loads(params.get("mcp_state", "[]"))
+        self.scalars = set(p.scalars)
         self.sequences = None
-        if pairs:
+        if p.state:
             idle = int(cfg.get("sequence_batching", {}).get("max_sequence_idle_microseconds", 0) or 0)
-            self.sequences = SequenceState(pairs, int(params.get("mcp_max_sequences", "1024") or 1024),
-                                           idle / 1e6 if idle else 60.0)
+            self.sequences = SequenceState(p.state, p.max_sequences or 1024, idle / 1e6 if idle else 60.0)
 
     def _feeds(self, request):
         feeds = {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.inputs}

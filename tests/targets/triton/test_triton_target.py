@@ -47,7 +47,7 @@ def test_python_backend_repository(tmp_path):
     root = tmp_path / "repo" / "mlp"
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     assert files == ["1/mcp_runtime/__init__.py", "1/mcp_runtime/mcp_ir.fbs",
-                     "1/mcp_runtime/mcp_ir_generated.py", "1/mcp_runtime/runtime.py",
+                     "1/mcp_runtime/mcp_ir_generated.py", "1/mcp_runtime/params.py", "1/mcp_runtime/runtime.py",
                      "1/mcp_runtime/sequences.py", "1/mcp_runtime/telemetry.py", "1/mcp_runtime/verify.py",
                      "1/model.mcpir", "1/model.py", "config.pbtxt"]
     cfg = _config(root)
@@ -299,3 +299,28 @@ def test_a_batch_only_value_travels_as_batch_by_one(tmp_path):
     parsed, _, local, _ = read_entry(tmp_path / "repo" / "m", None)
     feeds = smoke_inputs(parsed, local)
     assert feeds["lengths"].shape == (1, 1) and feeds["x"].shape == (1, 4)
+
+
+def test_the_runtimes_parameters_have_one_home():
+    """Every key of an entry's parameters that the runtime reads is spelled in runtime/params.py
+    only (the config builder, verify, deploy, tune and kserve use its names), and read() types them."""
+    import re
+    from pathlib import Path
+
+    from mcp_compiler.targets.triton.runtime import params as P
+
+    # "mcp_runtime" is also the runtime package's folder name: as a key it is read by subscript or get()
+    keys = {v for k, v in vars(P).items() if k.isupper() and isinstance(v, str)} - {P.RUNTIME}
+    here = Path(P.__file__).parent.parent
+    for f in sorted(here.rglob("*.py")):
+        if f.name == "params.py" and f.parent.name == "runtime":
+            continue
+        text = f.read_text()
+        spelled = [k for k in keys if re.search(rf'["\']{k}["\']', text)]
+        spelled += [P.RUNTIME] if re.search(rf'(\[|get\(|in cfg\.parameters)\s*["\']{P.RUNTIME}["\']|["\']{P.RUNTIME}["\'] in ', text) else []
+        assert not spelled, f"{f.relative_to(here)} spells {spelled}: use runtime/params.py's names"
+    p = P.read({P.INTRA_OP_THREADS: "4", P.STATE: '[["h", "hn"]]', P.DEQUANTIZE_AT_LOAD: "TRUE"})
+    assert (p.intra_op_threads, p.state, p.dequantize_at_load, p.execution, p.max_sequences) == \
+        (4, [["h", "hn"]], True, "onnxruntime", 1024)
+    with pytest.raises(ValueError, match=P.INTRA_OP_THREADS):
+        P.read({P.INTRA_OP_THREADS: "٣"})
