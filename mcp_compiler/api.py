@@ -330,6 +330,7 @@ def _emit(model: Model, target, input, output: Path, options: CompileOptions,  #
         v = target.verify(input, entry, dims=options.checks.dims, inputs=options.checks.inputs, budget=budget)
         v.repository = str(where)
         report.verification = {**v.to_dict(), "seconds": round(time.perf_counter() - t, 4)}
+        report.warnings.extend(v.warnings)
         v.raise_if_failed()
 
     report.warnings += target.check(model)

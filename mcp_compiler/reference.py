@@ -43,6 +43,7 @@ class VerifyReport:
     # (weights dequantized, as the entry serves them). Reported, not judged.
     as_user_runs: list[dict] = field(default_factory=list)
     execution: str = "onnxruntime/f32"   # what ran the entry (the execution it is served with)
+    warnings: list[str] = field(default_factory=list)   # what the check found besides the values
 
     @property
     def ok(self) -> bool:

@@ -80,8 +80,19 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     dequantize = (P.DEQUANTIZE_AT_LOAD in cfg.parameters
                   and cfg.parameters[P.DEQUANTIZE_AT_LOAD].string_value.lower() == "true")
     report.execution = "/".join(execution)
-    report = compare_with_original(input, lambda pin=False: _emitted_runner(backend, vdir, pin, dequantize, execution),
-                                   report, seed=seed, inputs=inputs)
+    seen: list[list[tuple]] = []   # the shapes the served model returned, per run
+
+    def emitted(pin: bool = False):  # noqa: ANN202 - feeds -> outputs
+        run = _emitted_runner(backend, vdir, pin, dequantize, execution)
+
+        def recorded(feeds: dict) -> list:
+            outs = run(feeds)
+            seen.append([tuple(getattr(o, "shape", ())) for o in outs])
+            return outs
+        return recorded
+
+    report = compare_with_original(input, emitted, report, seed=seed, inputs=inputs)
+    report.warnings += declared_shape_mismatches(cfg, _output_names(Path(input)), seen)
     if P.STATE in cfg.parameters:
         _verify_sequence(Path(input), vdir, cfg, report)
     return report
@@ -123,6 +134,35 @@ def _verify_sequence(original: Path, vdir: Path, cfg, report: VerifyReport) -> N
         report.outputs.append(OutputCheck(f"{n} (sequence of {len(feeds)} steps, state on the server)",
                                           max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
                                           all(r[3] for r in rows)))
+
+
+def _output_names(original: Path) -> list[str]:
+    import onnx
+
+    try:
+        return [o.name for o in onnx.load(str(original), load_external_data=False).graph.output]
+    except Exception:  # noqa: BLE001 - unreadable here: the comparison said why already
+        return []
+
+
+def declared_shape_mismatches(cfg, names: list[str], seen: list[list[tuple]]) -> list[str]:  # noqa: ANN001 - ModelConfig
+    """Outputs whose declared dims (batch first where the config batches; -1 any size; a
+    `reshape` is what the model gives) do not fit what the model returned: clients and Triton are
+    told a wrong shape. `names`: the model's outputs in the order the runs returned them."""
+    batch = [-1] if cfg.max_batch_size > 0 else []
+    declared = {o.name: batch + (list(o.reshape.shape) if o.HasField("reshape") else list(o.dims)) for o in cfg.output}
+    scalars = set(P.of_config(cfg).scalars) if P.SCALARS in cfg.parameters else set()
+    out = []
+    for k, name in enumerate(names):
+        if name not in declared or name in scalars:   # a scalar is served as [1] by the runtime itself
+            continue
+        dims = declared[name]
+        for shape in sorted({run[k] for run in seen if k < len(run)}):
+            if len(shape) != len(dims) or any(d != -1 and d != n for d, n in zip(dims, shape)):
+                out.append(f"output {name!r}: the config declares dims {dims} but the model returns shape "
+                           f"{list(shape)} (clients and Triton are told a wrong shape)")
+                break
+    return out
 
 
 def _check_same_interface(original: Path, cfg, entry: Path) -> None:  # noqa: ANN001 - ModelConfig

@@ -324,3 +324,27 @@ def test_the_runtimes_parameters_have_one_home():
         (4, [["h", "hn"]], True, "onnxruntime", 1024)
     with pytest.raises(ValueError, match=P.INTRA_OP_THREADS):
         P.read({P.INTRA_OP_THREADS: "٣"})
+
+
+def test_verify_warns_when_a_declared_output_shape_is_not_what_the_model_returns(tmp_path):
+    """A declared output shape [-1] while the server returns [T, 3] was kept without a warning."""
+    import shutil
+
+    from mcp_compiler.targets.triton.verify import verify
+
+    repo = tmp_path / "repo"
+    r = runner.invoke(app, ["convert", str(GOLDEN / "mlp" / "model.onnx"), "-t", "triton-v1.12", "-o", str(repo),
+                            "--name", "mlp"])
+    assert r.exit_code == 0, r.output
+    good = verify(GOLDEN / "mlp" / "model.onnx", repo / "mlp")
+    assert good.ok and good.warnings == []
+    bad = tmp_path / "bad" / "mlp"
+    shutil.copytree(repo / "mlp", bad)
+    cfg = bad / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("output {\n  name: \"y\"\n  data_type: TYPE_FP32\n  dims: 10\n",
+                                           "output {\n  name: \"y\"\n  data_type: TYPE_FP32\n  dims: 10\n  dims: 3\n"))
+    got = verify(GOLDEN / "mlp" / "model.onnx", bad)
+    assert got.ok and len(got.warnings) == 1, got.warnings
+    assert "output 'y': the config declares dims [-1, 10, 3] but the model returns shape" in got.warnings[0]
+    r = runner.invoke(app, ["verify", str(GOLDEN / "mlp" / "model.onnx"), str(bad)])
+    assert r.exit_code == 0 and "warning: output 'y'" in r.output, r.output
