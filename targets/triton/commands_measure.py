@@ -288,8 +288,9 @@ def tune(
         from mcp_compiler.files import check_output
 
         from .loadgen import Load
-        from .tune import SloNotMetError, apply, plot, write_report
+        from .tune import SloNotMetError, apply, write_report
         from .tune import tune as run_tune
+        from .tune_plot import plot
 
         if concurrency is not None and rate is not None:
             raise UsageError("give one load: --concurrency or --rate")

@@ -25,6 +25,7 @@ from typing import Any
 from mcp_compiler.errors import InvalidModelError, McpError, UsageError
 
 from .entry import int_parameter
+from .kserve_validate import ARGO_API, KUBERNETES_VERSION, KubeLibraryError, ManifestError, lib, validate  # noqa: F401 - re-exported
 from .runtime import params as P
 
 # The Triton release the local `mcp-cli serve` runs (tritonserver 2.51 from nvidia-pytriton 0.7.0)
@@ -39,7 +40,6 @@ TRITON_IMAGE = f"nvcr.io/nvidia/tritonserver:{TRITON_RUNTIME_VERSION}"
 IMAGE_PYTHON = {"24.10-py3": "3.10"}
 RUNTIME_PINS = {"3.10": {"onnxruntime": "1.23.2", "numpy": "1.26.4", "flatbuffers": "25.12.19"}}
 ORT_MAX_OPSET = {"1.23.2": 23}   # measured 2026-12-05: a one-node model of each opset in a session
-KUBERNETES_VERSION = "1.30.0"    # the schemas the core kinds are checked against
 STORAGE_SCHEMES = ("s3://", "gs://", "pvc://", "https://", "hdfs://", "webhdfs://", "oci://")
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 KSERVE_HTTP_PORT = 8080   # the HTTP port of KServe's Triton serving runtime (kserve-tritonserver)
@@ -51,10 +51,6 @@ KSERVE_HTTP_PORT = 8080   # the HTTP port of KServe's Triton serving runtime (ks
 BASE_MEMORY_MIB, INSTANCE_MEMORY_MIB = 256, 192
 DEFAULT_CPU_TARGET = 70          # % of the CPU request, when no tune report gives a concurrency
 MANAGED_BY = {"app.kubernetes.io/managed-by": "mcp-cli"}
-
-
-class KubeLibraryError(UsageError):
-    """The `kube` extra is not installed."""
 
 
 @dataclass
@@ -89,22 +85,6 @@ class Manifests:
     def to_dict(self) -> dict:
         return {"service": self.service_name, "model": self.model_name, "files": sorted(self.files),
                 "resources": self.resources, "scaling": self.scaling, "notes": self.notes}
-
-
-def _lib(module: str, *, load: bool = True):  # noqa: ANN202 - the module (None with load=False)
-    """A library of the kube extra, or one line saying to install it. `load=False` only checks it
-    is there (the KServe SDK is imported in a child process, see _validate_kserve)."""
-    import importlib
-    import importlib.util
-
-    missing = KubeLibraryError(f"{module.split('.')[0]} is not installed: pip install 'mcp-cli[kube]' "
-                               "(kubernetes, kubernetes-validate, kserve)")
-    if importlib.util.find_spec(module.split(".")[0]) is None:
-        raise missing
-    try:
-        return importlib.import_module(module) if load else None
-    except ImportError:
-        raise missing from None
 
 
 def service_name(name: str) -> str:
@@ -364,9 +344,6 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
     return Manifests(files, svc, model, {k: v for k, v in res.items()}, scaling, notes, dockerfile)
 
 
-ARGO_API = "argoproj.io/v1alpha1"
-
-
 def _rollout(deployment: dict, svc: str, model: str, req: KServeRequest) -> list[dict]:
     """The plain Deployment as an Argo Rollouts canary (steps of setWeight with pauses) and the
     AnalysisTemplate it runs in the background: Triton's p99 summary per model from Prometheus
@@ -395,46 +372,6 @@ def _rollout(deployment: dict, svc: str, model: str, req: KServeRequest) -> list
                                       "successCondition": f"result[0] <= {req.max_p99_ms:g}",
                                       "provider": {"prometheus": {"address": req.prometheus_url, "query": query}}}]}}
     return [rollout, analysis]
-
-
-def _validate_argo(d: dict, where: str, kv) -> None:  # noqa: ANN001 - kubernetes_validate
-    """Argo Rollouts' kinds (no package ships their CRD schemas): the fields its documentation
-    requires, and the pod template against Kubernetes' own schema (as a Deployment's)."""
-    def need(ok: bool, what: str) -> None:
-        if not ok:
-            raise ManifestError(f"{where}: {what}")
-
-    spec = d.get("spec")
-    need(isinstance(d.get("metadata", {}).get("name"), str) and isinstance(spec, dict), "metadata.name and spec required")
-    if d["kind"] == "Rollout":
-        need(isinstance(spec.get("selector"), dict) and isinstance(spec.get("template"), dict),
-             "spec.selector and spec.template required")
-        steps = spec.get("strategy", {}).get("canary", {}).get("steps")
-        need(isinstance(steps, list) and steps, "spec.strategy.canary.steps required")
-        for k, st in enumerate(steps):
-            need(isinstance(st, dict) and len(st) == 1 and next(iter(st)) in ("setWeight", "pause"),
-                 f"steps[{k}]: one of setWeight, pause")
-            if "setWeight" in st:
-                need(isinstance(st["setWeight"], int) and 0 <= st["setWeight"] <= 100, f"steps[{k}].setWeight: 0..100")
-        for t in spec["strategy"]["canary"].get("analysis", {}).get("templates", []):
-            need(isinstance(t.get("templateName"), str), "analysis.templates[].templateName required")
-        as_deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": d["metadata"],
-                         "spec": {"selector": spec["selector"], "template": spec["template"]}}
-        try:
-            kv.validate(as_deployment, KUBERNETES_VERSION, strict=True)
-        except kv.ValidationError as e:
-            raise ManifestError(f"{where}: its pod template does not validate against Kubernetes "
-                                f"{KUBERNETES_VERSION}: {'.'.join(map(str, e.path)) or '(top)'}: {e.message}") from None
-    elif d["kind"] == "AnalysisTemplate":
-        metrics = spec.get("metrics")
-        need(isinstance(metrics, list) and metrics, "spec.metrics required")
-        for m in metrics:
-            prom = m.get("provider", {}).get("prometheus", {})
-            need(isinstance(m.get("name"), str) and isinstance(m.get("successCondition"), str)
-                 and isinstance(prom.get("address"), str) and isinstance(prom.get("query"), str),
-                 "each metric needs name, successCondition, provider.prometheus.address and query")
-    else:
-        need(False, f"unknown {ARGO_API} kind {d['kind']}")
 
 
 def _plain(svc: str, model: str, req: KServeRequest, resources: dict, image: str, labels: dict,
@@ -524,54 +461,6 @@ def dockerfile_text(opset: int | None = None) -> str:
                 f"{name}=={v}" for name, v in pins.items()) + "\n")
 
 
-# -- validation -----------------------------------------------------------------------------------
-
-def validate(files: dict[str, list[dict]]) -> None:
-    """Every document: core kinds against Kubernetes' schemas, the InferenceService through the
-    KServe SDK's types (a field the SDK does not know, a wrong type or a missing required field
-    fails). Raises ManifestError naming the file, the kind and the problem."""
-    kv = _lib("kubernetes_validate")
-    for fname, docs in files.items():
-        for d in docs:
-            where = f"{fname}: {d.get('kind')} {d.get('metadata', {}).get('name')}"
-            if d.get("apiVersion", "").startswith("serving.kserve.io/"):
-                _validate_kserve(d, where)
-                continue
-            if d.get("apiVersion") == ARGO_API:
-                _validate_argo(d, where, kv)
-                continue
-            try:
-                kv.validate(d, KUBERNETES_VERSION, strict=True)
-            except kv.ValidationError as e:
-                raise ManifestError(f"{where} does not validate against Kubernetes {KUBERNETES_VERSION}: "
-                                    f"{'.'.join(map(str, e.path)) or '(top)'}: {e.message}") from None
-            except (kv.InvalidSchemaError, kv.SchemaNotFoundError) as e:
-                raise ManifestError(f"{where}: no Kubernetes {KUBERNETES_VERSION} schema: {e}") from None
-
-
-class ManifestError(McpError):
-    """A manifest that does not validate (never written)."""
-
-    exit_code = 1
-
-
-def _validate_kserve(doc: dict, where: str) -> None:
-    # The KServe SDK registers the same gRPC protos as tritonclient (inference.ServerLiveRequest):
-    # both in one process fail to import, so its types check the manifest in a child process.
-    import subprocess
-    import sys
-
-    _lib("kserve", load=False)
-    r = subprocess.run([sys.executable, "-m", "mcp_compiler.targets.triton.kserve_check"], input=json.dumps(doc),
-                       capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        raise ManifestError(f"{where}: the KServe SDK could not check it: "
-                            f"{(r.stderr.strip().splitlines() or ['no output'])[-1]}")
-    problem = json.loads(r.stdout).get("problem")
-    if problem:
-        raise ManifestError(f"{where}: not a valid KServe InferenceService: {problem}")
-
-
 # -- writing and applying -------------------------------------------------------------------------
 
 def to_yaml(docs: list[dict]) -> str:
@@ -629,7 +518,7 @@ def write(m: Manifests, out: Path) -> list[Path]:
 def apply(m: Manifests, *, plain: bool = False, kubeconfig: str | None = None, timeout: float = 30.0) -> list[str]:
     """Create or update the manifests through the Kubernetes API (the kubeconfig's cluster): the
     InferenceService (or, with `plain`, the Deployment, Service and HPA). Returns one line per object."""
-    k8s = _lib("kubernetes")
+    k8s = lib("kubernetes")
     from kubernetes.client.rest import ApiException
 
     try:

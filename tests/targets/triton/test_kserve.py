@@ -265,11 +265,11 @@ def test_a_manifest_that_does_not_validate_is_never_written(entries, tmp_path, m
 
 
 def test_the_kserve_check_names_unknown_fields_and_wrong_types(entries, tmp_path):
-    from mcp_compiler.targets.triton.kserve import ManifestError, _validate_kserve
+    from mcp_compiler.targets.triton.kserve_validate import ManifestError, validate_kserve
 
     _kserve(entries / "repo" / "mlp", tmp_path / "m")
     good = _isvc(tmp_path / "m")
-    _validate_kserve(good, "ok")
+    validate_kserve(good, "ok")
     for path, value, text in ((("spec", "predictor", "model", "storageUrl"), "s3://x", "storageUrl"),
                               (("spec", "predictor", "minReplicas"), "one", "expected int"),
                               (("spec", "predictor", "model", "resources", "limitz"), {}, "limitz"),
@@ -280,7 +280,7 @@ def test_the_kserve_check_names_unknown_fields_and_wrong_types(entries, tmp_path
             d = d[k]
         d[path[-1]] = value
         with pytest.raises(ManifestError, match=text):
-            _validate_kserve(doc, "bad")
+            validate_kserve(doc, "bad")
 
 
 class _FakeApiServer(http.server.BaseHTTPRequestHandler):
@@ -470,23 +470,24 @@ def test_a_latency_checked_canary_is_an_argo_rollout_with_its_analysis(entries, 
 
 def test_the_argo_check_holds_the_fields_its_documentation_requires(monkeypatch):
     from mcp_compiler.targets.triton import kserve as ks
+    from mcp_compiler.targets.triton import kserve_validate as kv_
 
-    kv = ks._lib("kubernetes_validate")
+    kv = kv_.lib("kubernetes_validate")
     good = {"apiVersion": ks.ARGO_API, "kind": "AnalysisTemplate", "metadata": {"name": "a"},
             "spec": {"metrics": [{"name": "p", "successCondition": "result[0] < 1",
                                   "provider": {"prometheus": {"address": "http://p:9090", "query": "up"}}}]}}
-    ks._validate_argo(good, "x", kv)
+    kv_.validate_argo(good, "x", kv)
     bad = {**good, "spec": {"metrics": [{"name": "p", "provider": {"prometheus": {"address": "http://p:9090"}}}]}}
     with pytest.raises(ks.ManifestError, match="successCondition"):
-        ks._validate_argo(bad, "x", kv)
+        kv_.validate_argo(bad, "x", kv)
     rollout = {"apiVersion": ks.ARGO_API, "kind": "Rollout", "metadata": {"name": "r"},
                "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}},
                         "spec": {"containers": [{"name": "c", "image": "i", "bogus": 1}]}},
                         "strategy": {"canary": {"steps": [{"setWeight": 100}]}}}}
     with pytest.raises(ks.ManifestError, match="pod template"):
-        ks._validate_argo(rollout, "x", kv)
+        kv_.validate_argo(rollout, "x", kv)
     rollout["spec"]["template"]["spec"]["containers"][0].pop("bogus")
-    ks._validate_argo(rollout, "x", kv)
+    kv_.validate_argo(rollout, "x", kv)
     rollout["spec"]["strategy"]["canary"]["steps"] = [{"setWeight": 101}]
     with pytest.raises(ks.ManifestError, match="setWeight"):
-        ks._validate_argo(rollout, "x", kv)
+        kv_.validate_argo(rollout, "x", kv)
