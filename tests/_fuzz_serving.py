@@ -18,22 +18,16 @@ import json
 import os
 import random
 import signal
-import socket
 import sys
 from pathlib import Path
+
+from _helpers import closed_port  # run as tests/_fuzz_serving.py: tests/ is on the path
 
 HOSTILE_NUMBERS = ["0", "-1", "-0", "1e400", "nan", "inf", "-inf", "٣", "１２", "2147483648", "99999999999999999999",
                    "0x10", "1_000", " 3", "3 ", "", "1.5", "abc", "1e-400", "−1"]
 HOSTILE_TEXT = ["", " ", "a\nb", "\x01", "../../../etc", "/abs", "..", ".", "-x", "é" * 20, "a" * 4096,
                 "[kube]", "{}", "%s%n", "mlp", "mlp\n", "CON", "a/b", "\u202e", "=", ",", "x=1,y"]
 
-
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _paths(d: Path) -> list[str]:
@@ -120,7 +114,7 @@ def main() -> None:
     cmds = typer.main.get_command(app).commands
     entry = str(d / "repo" / "mlp")
     paths = _paths(d)
-    url = f"grpc://127.0.0.1:{_closed_port()}"
+    url = f"grpc://127.0.0.1:{closed_port()}"
     rng = random.Random(seed)
     bad = []
     codes: dict[str, int] = {}

@@ -270,3 +270,12 @@ def one_error(r, code: int, *expect: str) -> None:
     assert "internal error" not in lines[0] and "Traceback" not in r.stderr
     for e in expect:
         assert e in lines[0], lines[0]
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then closed): a server that is not there."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -6,26 +6,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from _helpers import GOLDEN, one_error
+from _helpers import GOLDEN, closed_port, one_error
 
 from mcp_compiler import CompileOptions, compile_model
 
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]
 MLP = GOLDEN / "mlp" / "model.onnx"
 
-
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _cli(*args: str, env: dict | None = None):
@@ -52,7 +44,7 @@ def state(tmp_path) -> dict:
 
 @pytest.mark.parametrize("name", ["../../../../victim", "/tmp/x", ".", "..", "a/b", "mlp\n", "-x", "ok\x01"])
 def test_deploy_name_never_becomes_a_path(entry, state, tmp_path, name):
-    r = _cli("deploy", str(entry), "--url", f"grpc://127.0.0.1:{_closed_port()}", "--name", name, env=state)
+    r = _cli("deploy", str(entry), "--url", f"grpc://127.0.0.1:{closed_port()}", "--name", name, env=state)
     _one_error(r, 2, "--name", "not accepted")
     assert (tmp_path / "victim" / "keep" / "file").read_text() == "precious"
     assert not (tmp_path / "a").exists()
@@ -64,21 +56,21 @@ def test_a_tampered_config_name_is_refused_before_sending(entry, state, tmp_path
     shutil.copytree(entry, bad)
     cfg = bad / "config.pbtxt"
     cfg.write_text(cfg.read_text().replace('name: "mlp"', f'name: "{name}"'))
-    for args in (["deploy", str(bad), "--url", f"grpc://127.0.0.1:{_closed_port()}"],
-                 ["deploy", str(bad), "--url", f"grpc://127.0.0.1:{_closed_port()}", "--dry-run"]):
+    for args in (["deploy", str(bad), "--url", f"grpc://127.0.0.1:{closed_port()}"],
+                 ["deploy", str(bad), "--url", f"grpc://127.0.0.1:{closed_port()}", "--dry-run"]):
         r = _cli(*args, env=state)
         _one_error(r, 2, "config.pbtxt", "not accepted")
     assert (tmp_path / "victim" / "keep" / "file").read_text() == "precious"
 
 
 def test_undeploy_name_is_checked(state, tmp_path):
-    r = _cli("undeploy", "../../../../victim", "--url", f"grpc://127.0.0.1:{_closed_port()}", env=state)
+    r = _cli("undeploy", "../../../../victim", "--url", f"grpc://127.0.0.1:{closed_port()}", env=state)
     _one_error(r, 2, "not accepted")
     assert (tmp_path / "victim" / "keep" / "file").exists()
 
 
 def test_state_keep_is_checked_before_the_server(entry, state):
-    r = _cli("deploy", str(entry), "--url", f"grpc://127.0.0.1:{_closed_port()}", env={**state, "MCP_STATE_KEEP": "abc"})
+    r = _cli("deploy", str(entry), "--url", f"grpc://127.0.0.1:{closed_port()}", env={**state, "MCP_STATE_KEEP": "abc"})
     _one_error(r, 2, "MCP_STATE_KEEP")
 
 
@@ -97,7 +89,7 @@ def test_tampered_entries_are_one_error_line(entry, tmp_path, tamper, expect):
     else:
         with open(bad / "config.pbtxt", "r+b") as f:
             f.truncate(1 << 40)   # a sparse terabyte: refused from its size, never read
-    for args in (["deploy", str(bad), "--url", f"grpc://127.0.0.1:{_closed_port()}", "--dry-run"],
+    for args in (["deploy", str(bad), "--url", f"grpc://127.0.0.1:{closed_port()}", "--dry-run"],
                  ["verify", str(MLP), str(bad)]):
         r = _cli(*args)
         _one_error(r, 2, expect)
@@ -167,7 +159,7 @@ def test_comma_separated_numbers_are_ascii_too(entry):
     ("http://[::1", "expected http://HOST:PORT"),
 ])
 def test_metrics_url_is_checked_before_the_server_and_never_echoes_credentials(url, expect):
-    r = _cli("status", "--url", f"grpc://127.0.0.1:{_closed_port()}", "--metrics", "--metrics-url", url)
+    r = _cli("status", "--url", f"grpc://127.0.0.1:{closed_port()}", "--metrics", "--metrics-url", url)
     _one_error(r, 2, "--metrics-url", expect)
     assert "hunter2" not in r.stderr
 
@@ -249,7 +241,7 @@ def test_a_state_folder_that_cannot_be_made_is_refused_before_the_server(entry, 
     blocker = tmp_path / "state-is-a-file"
     blocker.write_text("x")
     env = dict(os.environ, MCP_STATE_DIR=str(blocker / "sub"))
-    r = _cli("deploy", str(entry), "--url", f"grpc://127.0.0.1:{_closed_port()}", env=env)
+    r = _cli("deploy", str(entry), "--url", f"grpc://127.0.0.1:{closed_port()}", env=env)
     _one_error(r, 2, "state folder", "not a folder")
     assert blocker.read_text() == "x"
 
@@ -300,11 +292,11 @@ def test_ctrl_c_while_the_modules_load_is_one_line():
 def test_a_pem_of_another_kind_is_not_a_certificate(tmp_path):
     key = tmp_path / "key.pem"
     key.write_text("-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n")
-    r = _cli("status", "--url", f"grpcs://127.0.0.1:{_closed_port()}", "--root-cert", str(key))
+    r = _cli("status", "--url", f"grpcs://127.0.0.1:{closed_port()}", "--root-cert", str(key))
     _one_error(r, 2, "holds no CERTIFICATE block", "PRIVATE KEY")
     cert = tmp_path / "cert.pem"
     cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-    r = _cli("status", "--url", f"grpcs://127.0.0.1:{_closed_port()}", "--root-cert", str(cert),
+    r = _cli("status", "--url", f"grpcs://127.0.0.1:{closed_port()}", "--root-cert", str(cert),
              "--client-cert", str(cert), "--client-key", str(cert))
     _one_error(r, 2, "key file", "holds no PRIVATE KEY block")
 
@@ -326,7 +318,7 @@ def test_zoo_onnx_outputs_follow_the_umask(tmp_path):
 
 def test_bench_cold_to_an_unreachable_server_is_one_line(entry):
     for target in (str(entry), "mlp"):
-        r = _cli("bench", target, "--cold", "--url", f"grpc://127.0.0.1:{_closed_port()}")
+        r = _cli("bench", target, "--cold", "--url", f"grpc://127.0.0.1:{closed_port()}")
         _one_error(r, 1, "cannot reach Triton")
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
-from _helpers import GOLDEN
+from _helpers import GOLDEN, closed_port
 from typer.testing import CliRunner
 
 from mcp_compiler.cli import app
@@ -17,11 +16,6 @@ from mcp_compiler.cli import app
 MLP = GOLDEN / "mlp" / "model.onnx"
 runner = CliRunner()
 
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _envelope(args: list[str]) -> tuple[int, dict]:
@@ -53,7 +47,7 @@ def test_success_envelopes(tmp_path, entry):
     assert _envelope(["targets"])[1]["targets"][0]["name"] == "triton-v1.12"
     v = _envelope(["verify", str(MLP), str(entry)])[1]
     assert v["ok"] and v["outputs"][0]["ok"]
-    d = _envelope(["deploy", str(entry), "--url", f"127.0.0.1:{_closed_port()}", "--dry-run"])[1]
+    d = _envelope(["deploy", str(entry), "--url", f"127.0.0.1:{closed_port()}", "--dry-run"])[1]
     assert d["ok"] and d["dry_run"] and d["name"] == "mlp"
 
 
@@ -89,7 +83,7 @@ def test_zoo_json_and_report_are_one_schema(tmp_path):
 ])
 def test_error_envelopes(args, kind, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    port = _closed_port()
+    port = closed_port()
     code, out = _envelope([a.format(port=port) for a in args])
     assert not out["ok"] and out["error"]["type"] == kind, out
 
