@@ -73,6 +73,27 @@ class InputPlan:
         how = self._values[name]
         return (how[0] == "range" and how[1] == 0) or (how[0] == "choice" and 0 in how[1])
 
+    def request(self, batch: int | None = None) -> dict[str, dict]:
+        """Each input's shape at the plan's sizes (the axis-0 symbols at `batch`) and how its values
+        are drawn, as JSON: what a client that has only the served config needs to send a request
+        the model accepts ("values": ["range", lo, hi] | ["choice", [v, ...]] | [float draw])."""
+        sizes = dict(self.sizes)
+        if batch is not None:
+            sizes.update({d[0]: batch for d in self.shapes.values() if d and isinstance(d[0], str)})
+        out = {}
+        for name, dims in self.shapes.items():
+            how = self._values.get(name, ("normal",))
+            if how[0] == "range":
+                values = ["range", int(how[1]), int(max(1, sizes.get(how[2], 1)) if isinstance(how[2], str) else how[2])]
+            elif how[0] == "choice":
+                values = ["choice", [v.item() if hasattr(v, "item") else v for v in how[1]]]
+            else:
+                values = [self.floats]
+            out[name] = {"shape": [d if isinstance(d, int) else sizes.get(d, 1) for d in dims], "values": values,
+                         # axes of a free symbol (a length, an image side; not the batch): a client may size them
+                         "free": [a for a, d in enumerate(dims) if a and isinstance(d, str) and d in self.free]}
+        return out
+
     def to_dict(self) -> dict:
         return {"sizes": self.sizes, "constraints": self.constraints, "domains": self.domains,
                 "floats": self.floats, "tried": self.tried, "notes": self.notes}

@@ -365,15 +365,24 @@ def test_a_server_killed_mid_measurement_is_the_commands_error_and_leaves_nothin
     p = subprocess.Popen([*CLI, command[0], str(repo / "mlp"), *command[1:]], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        stub = []
-        while time.monotonic() < deadline and not stub:   # the model is loaded: its stub runs
-            stub = [pid for pid in _processes_naming(f"mcp-triton.{p.pid}.") if pid != p.pid]
+        import re
+        import urllib.request
+
+        deadline = time.monotonic() + 180
+        server, ready = [], False
+        while time.monotonic() < deadline and not ready:   # the model READY: the measurement runs
+            server = [pid for pid in _processes_naming(str(repo))
+                      if "tritonserver" in Path(f"/proc/{pid}/cmdline").read_text()]
+            if server:
+                port = re.search(r"--http-port=(\d+)", Path(f"/proc/{server[0]}/cmdline").read_text().replace("\0", " "))
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/v2/models/mlp/ready", timeout=2) as r:
+                        ready = r.status == 200
+                except (OSError, AttributeError):
+                    pass
             time.sleep(0.2)
-        assert stub, "the model never loaded"
-        time.sleep(2)
-        server = [pid for pid in _processes_naming(str(repo)) if "tritonserver" in Path(f"/proc/{pid}/cmdline").read_text()]
-        assert server
+        assert ready, "the model never became READY"
+        time.sleep(1)
         os.kill(server[0], 9)
         out, err = p.communicate(timeout=180)
     finally:

@@ -26,6 +26,7 @@ from mcp_compiler.errors import McpError, ServerError, UsageError
 from .client import Connection, aio_client, server_error
 from .deploy import read_entry, smoke_inputs
 from .loadgen import Load, Point, measure
+from .runtime import params as P
 
 LOAD_TIMEOUT_S = 180.0
 
@@ -89,7 +90,11 @@ def served(target: str | os.PathLike, conn: Connection | None, *, batch_size: in
             server.start()
             conn = Connection(server.grpc_url)
             s = Served(conn, cfg.name, cfg, feeds, server, notes=notes)
-            load_model(s, explicit_config)
+            try:
+                load_model(s, explicit_config)
+            except McpError:
+                still_serving(s, f"loading {cfg.name}")   # a server that died is the reason, not the load
+                raise
             yield s
         finally:
             server.close(keep_log=not server.alive() and server.died is not None)   # a server that died: its log stays
@@ -181,6 +186,11 @@ def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int, d
              for i in cfg.input}
     if inputs is not None:
         return _npz_for(inputs, types), []
+    recorded = P.of_config(cfg).request if P.REQUEST in cfg.parameters else {}
+    if recorded and not dims and set(recorded) == set(types):
+        return _batched(_recorded_feeds(recorded, types, length), cfg, batch_size), [
+            f"inputs from the server's config: the request the entry records (its value domains and sizes, its "
+            f"free axes at {length}); --dims or --inputs for another"]
     known = {f"{i.name}.{a + batched}" for i in cfg.input for a, d in enumerate(i.dims) if d < 0} | {"*"}
     unknown = sorted(set(dims) - known)
     if unknown:
@@ -204,6 +214,37 @@ def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int, d
             + (f"; -1 dims: {', '.join(chosen)}" if chosen else "") + "): give DIR/NAME, --dims or --inputs "
             "for requests the model is known to accept")
     return _batched(feeds, cfg, batch_size), [note]
+
+
+def _recorded_feeds(recorded: dict, types: dict[str, Any], length: int) -> dict[str, np.ndarray]:
+    """One request from the config's mcp_request: each input at its shape with its free axes (a
+    length, an image side) at `length` as bench sends a local entry, its values drawn as recorded
+    (an index range, one of the compared values, or the float draw)."""
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for name, spec in recorded.items():
+        shape, how, dtype = [int(d) for d in spec["shape"]], spec["values"], np.dtype(types[name])
+        for a in spec.get("free", []):
+            shape[a] = length
+        if how[0] == "range":
+            a = rng.integers(int(how[1]), max(int(how[2]), int(how[1]) + 1), shape)
+        elif how[0] == "choice":
+            a = np.asarray(how[1])[rng.integers(0, len(how[1]), shape)]
+        elif dtype.kind == "b":
+            a = rng.integers(0, 2, shape)
+        elif dtype.kind in "iu":
+            a = rng.integers(0, 3, shape)
+        elif how[0] == "uniform":
+            a = rng.random(shape)
+        elif how[0] in ("positive", "large"):
+            lo, hi = (1.0, 10.0) if how[0] == "positive" else (10.0, 1000.0)
+            a = lo + (hi - lo) * rng.random(shape)
+        elif how[0] == "integral":
+            a = rng.integers(1, 9, shape)
+        else:
+            a = rng.standard_normal(shape) * (4.0 if how[0] == "wide" else 1.0)
+        feeds[name] = np.asarray(a).astype(dtype)
+    return feeds
 
 
 def _npz_for(path: str | os.PathLike, types: dict[str, Any]) -> dict[str, np.ndarray]:

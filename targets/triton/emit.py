@@ -48,6 +48,31 @@ def write_runtime(dest: Path) -> list[Path]:
     return sorted(pkg.iterdir())
 
 
+def _record_request(model: Model, cfg, warnings: list) -> None:  # noqa: ANN001 - ModelConfig
+    """The request the checks would send (sizes from the model's shape contracts, value domains:
+    index ranges, compared values), in the config: `bench NAME --url` and clients that have only
+    the server's config send what the model accepts. A model whose inputs cannot be planned gets
+    none, and a note says so."""
+    import json
+
+    from mcp_compiler.errors import McpError
+    from mcp_compiler.inputs import plan
+
+    try:
+        request = plan(model, {}, fold=False).request(batch=1 if cfg.max_batch_size > 0 else None)
+    except Exception as e:  # noqa: BLE001 - the entry serves all the same: said, not hidden
+        why = str(e) if isinstance(e, McpError) else f"{type(e).__name__}: {e}"
+        warnings.append(Note(f"no request recorded in the config ({why[:160]}): clients with the config alone "
+                             "guess the inputs"))
+        return
+    served = {i.name for i in cfg.input}   # a stateful entry's state inputs stay on the server
+    request = {k: v for k, v in request.items() if k in served}
+    scalars = set(json.loads(cfg.parameters[P.SCALARS].string_value)) if P.SCALARS in cfg.parameters else set()
+    for name in scalars & set(request):   # served as [1]
+        request[name]["shape"] = [1]
+    cfg.parameters[P.REQUEST].string_value = json.dumps(request, sort_keys=True)
+
+
 def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params: ServingParams,
                     version: int = 1) -> EmitResult:
     """Write DIR/NAME. Nothing is created until the config is built; the staged entry is loaded by
@@ -64,6 +89,7 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     if final.exists() and not options.force:
         raise OutputExistsError(f"{final} exists; pass --force to replace it")
     cfg, warnings, cfg_files = build_config(model, name, backend, params, options.quantization)
+    _record_request(model, cfg, warnings)
     if options.budget:   # what `mcp-cli verify` judges the entry by later (the budget it was built with)
         import json
 

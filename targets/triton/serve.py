@@ -82,6 +82,20 @@ def port_free(port: int) -> bool:
 SHM_PREFIX = "mcp-triton."
 
 
+def _wait_gone(pids: list[int], timeout: float) -> None:
+    """Until each process has ended (gone, or a zombie its new parent has yet to reap)."""
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                break
+            if state in (b"Z", b"X"):
+                break
+            time.sleep(0.02)
+
+
 def remove_stale_regions() -> None:
     """Shared-memory regions of servers whose mcp-cli process is gone (killed before it could
     remove them): `mcp-triton.<pid>.` names the process that started the server."""
@@ -359,9 +373,11 @@ class TritonServer:
                 self.proc.wait(5)
         elif self.died is None:
             self.died = self.proc.returncode
-        for pid in self._stubs():
+        stubs = self._stubs()
+        for pid in stubs:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+        _wait_gone(stubs, 10.0)   # not our children: their end is watched, not waited for
         for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
             with contextlib.suppress(OSError):
                 region.unlink()

@@ -21,6 +21,7 @@ LAYOUTS = "mcp_layouts"                  # JSON: input/output -> the layout serv
 SCALARS = "mcp_scalars"                  # JSON: the rank-0 inputs and outputs, served as [1]
 STATE = "mcp_state"                      # JSON: [[state input, next state output], ...] kept on the server
 MAX_SEQUENCES = "mcp_max_sequences"      # the sequences whose state is kept at once
+REQUEST = "mcp_request"                  # JSON: a request the model accepts, for clients with the config only
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Params:
     scalars: list = field(default_factory=list)
     state: list = field(default_factory=list)
     max_sequences: int = 1024
+    request: dict = field(default_factory=dict)   # input -> {"shape": [...], "values": [kind, ...]}
 
 
 def read(parameters: Mapping[str, str]) -> Params:
@@ -65,7 +67,7 @@ def read(parameters: Mapping[str, str]) -> Params:
                   dequantize_at_load=get(DEQUANTIZE_AT_LOAD, "false").lower() == "true",
                   quantization_level=get(QUANTIZATION_LEVEL, "none"), layouts=loaded(LAYOUTS, "{}"),
                   scalars=loaded(SCALARS, "[]"), state=loaded(STATE, "[]"),
-                  max_sequences=number(MAX_SEQUENCES, 1024))
+                  max_sequences=number(MAX_SEQUENCES, 1024), request=loaded(REQUEST, "{}"))
 
 
 def of_config(cfg) -> Params:  # noqa: ANN001 - a ModelConfig protobuf

@@ -348,3 +348,32 @@ def test_verify_warns_when_a_declared_output_shape_is_not_what_the_model_returns
     assert "output 'y': the config declares dims [-1, 10, 3] but the model returns shape" in got.warnings[0]
     r = runner.invoke(app, ["verify", str(GOLDEN / "mlp" / "model.onnx"), str(bad)])
     assert r.exit_code == 0 and "warning: output 'y'" in r.output, r.output
+
+
+def test_the_config_records_a_request_the_model_accepts_and_bench_url_sends_it(tmp_path):
+    """A client with only the server's config (bench NAME --url) guessed integers in [0, 3): an
+    index into a 2-row table was out of range. The entry records the request its checks send."""
+    import numpy as np
+
+    from mcp_compiler.targets.triton.bench import _remote_feeds
+    from mcp_compiler.targets.triton.entry import read_config
+    from mcp_compiler.targets.triton.runtime import params as P
+
+    table = helper.make_tensor("table", TensorProto.FLOAT, [2, 4], np.arange(8, dtype=np.float32).tolist())
+    g = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)], "g",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", "T"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "T", 4])], [table])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    r = runner.invoke(app, ["convert", str(tmp_path / "m.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
+                            "--name", "emb"])
+    assert r.exit_code == 0, r.output
+    cfg = read_config(tmp_path / "repo" / "emb")
+    request = P.of_config(cfg).request
+    assert request["ids"]["values"] == ["range", 0, 2] and request["ids"]["shape"][0] == 1, request
+    feeds, notes = _remote_feeds(cfg, None, 4, {}, 128)
+    assert feeds["ids"].shape[0] == 4 and feeds["ids"].dtype == np.int64
+    assert 0 <= feeds["ids"].min() and feeds["ids"].max() <= 1 and "the request the entry records" in notes[0]
+    feeds, _ = _remote_feeds(cfg, None, 1, {"*": 5}, 128)   # --dims: the config's -1 dims as before
+    assert feeds["ids"].shape == (1, 5)
