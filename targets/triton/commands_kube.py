@@ -18,12 +18,15 @@ def percent_list(text: str | None) -> list[int] | None:
     return [int(t) for t in parts]
 
 
-def kserve_command(rep, entry: Path, json_out: bool, dockerfile: bool, output: str, force: bool, apply: bool,  # noqa: ANN001
-            plain: bool, kubeconfig: Optional[str], timeout: float, request: dict) -> None:
+def kserve_command(rep, entry: Path, json_out: bool, dockerfile: bool, output: str, force: bool,  # noqa: ANN001
+                   apply: bool, plain: bool, kubeconfig: Optional[str], timeout: float, request: dict) -> None:
     from . import kserve as ks
 
     if dockerfile:
-        rep.out.print(ks.dockerfile_text(ks.entry_opset(entry)).rstrip("\n"), markup=False)
+        from .deploy import read_entry
+
+        local = read_entry(Path(entry), None)[2]
+        rep.out.print(ks.dockerfile_text(ks.entry_opset(local)).rstrip("\n"), markup=False)
         return
     if plain and not apply:
         raise UsageError("--plain picks what --apply applies; both are written without it")

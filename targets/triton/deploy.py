@@ -258,6 +258,19 @@ def reload_source(conn: Connection, name: str) -> tuple[str, dict[str, bytes]] |
                      "--cold`), or deploy it from here first")
 
 
+def entry_sha256(cfg: Any, name: str, files: dict[str, bytes]) -> str:
+    """What is served, as one SHA-256: the version folder's files and the config (without a
+    recorded content key). The config is part of it: the same files under another config are a
+    change (canonical JSON: protobuf writes a map's entries in no fixed order). deploy records it
+    on the server (mcp_content_sha256); deploy --kserve carries it into the manifests."""
+    c = type(cfg)()
+    c.CopyFrom(cfg)
+    if CONTENT_KEY in c.parameters:
+        del c.parameters[CONTENT_KEY]
+    canonical = json.dumps(json.loads(_config_json(c, name)), sort_keys=True)
+    return content_sha256({**files, "config": canonical.encode()})
+
+
 def content_sha256(files: dict[str, bytes]) -> str:
     """The SHA-256 of an upload: every file's key and bytes, in key order."""
     h = hashlib.sha256()
@@ -420,10 +433,7 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
     name = name or cfg.name
     if CONTENT_KEY in cfg.parameters:
         del cfg.parameters[CONTENT_KEY]
-    # the config is part of what is served: the same files under another config are a change
-    # (canonical JSON: protobuf writes a map's entries in no fixed order)
-    canonical = json.dumps(json.loads(_config_json(cfg, name)), sort_keys=True)
-    digest = content_sha256({**files, "config": canonical.encode()})
+    digest = entry_sha256(cfg, name, files)
     cfg.parameters[CONTENT_KEY].string_value = digest
     config_json = _config_json(cfg, name)
     total = sum(len(b) for b in files.values()) + len(config_json)

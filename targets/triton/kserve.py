@@ -103,26 +103,6 @@ _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0
 # the python backend's shared memory (/dev/shm: a container's default is 64 MB): its base, and per
 # instance room for the pool a stub grows to with the tensors in flight
 SHM_BASE_MIB, SHM_INSTANCE_MIB = 64, 128
-
-
-def entry_identity(entry: Path, version: int | None) -> tuple[str, int]:
-    """(sha256 of the entry's config.pbtxt and version folder, that version): carried into the
-    predictor and the pod template, so that a changed entry is a new Knative revision (a canary
-    that reaches it) and a rolled Deployment, and the same entry is the same manifest."""
-    import hashlib
-
-    from .entry import version_dirs
-
-    versions = dict(version_dirs(Path(entry)))
-    v = version if version in versions else max(versions)
-    h = hashlib.sha256()
-    files = [Path(entry) / "config.pbtxt"] + sorted(f for f in versions[v].rglob("*") if f.is_file())
-    for f in files:
-        h.update(f"{f.relative_to(entry)}\n".encode())
-        with open(f, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                h.update(chunk)
-    return h.hexdigest(), v
 MAX_INSTANCES = 1024    # instances (and threads) an entry may ask a pod for
 
 
@@ -258,10 +238,10 @@ def scaling_from_tune(path: Path | None, model: str, cfg: Any) -> dict[str, Any]
 
 def build(entry: Path, req: KServeRequest) -> Manifests:
     """The manifests for DIR/NAME (validated; nothing written)."""
-    from .deploy import read_entry
+    from .deploy import entry_sha256, read_entry
 
     _check_request(req)
-    cfg, _, local, _ = read_entry(Path(entry), req.model_version)
+    cfg, version, local, files = read_entry(Path(entry), req.model_version)
     model = cfg.name
     svc = req.name or service_name(model)
     if req.name and service_name(req.name) != req.name:
@@ -274,7 +254,7 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
     dockerfile = None
     image = req.image
     if backend == "python":
-        dockerfile = dockerfile_text(entry_opset(entry))
+        dockerfile = dockerfile_text(entry_opset(local))
         if image is None:
             raise UsageError("give --image: this entry runs mcp-cli's python runtime on onnxruntime, which "
                              f"{TRITON_IMAGE} lacks; build one FROM it with onnxruntime, numpy<2 and flatbuffers "
@@ -287,8 +267,8 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
     # canaries split traffic between Knative revisions: KServe's Serverless mode, said explicitly
     annotations = {"mcp-cli/model": model, "mcp-cli/triton-runtime-version": TRITON_RUNTIME_VERSION,
                    "mcp-cli/scaling-source": scaling["source"], "serving.kserve.io/deploymentMode": "Serverless"}
-    digest, version = entry_identity(entry, req.model_version)
-    identity = {"mcp-cli/entry-sha256": digest, "mcp-cli/model-version": str(version)}
+    # the entry's identity, deploy's content hash: a changed entry is a new revision, a rolled Deployment
+    identity = {"mcp-cli/entry-sha256": entry_sha256(cfg, model, files), "mcp-cli/model-version": str(version)}
     shm = None
     if backend == "python":
         shm_mib = SHM_BASE_MIB + SHM_INSTANCE_MIB * res["instances"]
@@ -434,14 +414,12 @@ def image_pins() -> dict[str, str]:
     return RUNTIME_PINS[IMAGE_PYTHON[TRITON_RUNTIME_VERSION]]
 
 
-def entry_opset(entry: Path) -> int | None:
-    """The ai.onnx opset of a python-backend entry's .mcpir (what its runtime hands onnxruntime)."""
+def entry_opset(local: Path) -> int | None:
+    """The ai.onnx opset of a python-backend entry's .mcpir in version folder `local` (what its
+    runtime hands onnxruntime)."""
     from mcp_compiler.mcpir import read_mcpir
 
-    from .deploy import read_entry
-
-    _, _, local, _ = read_entry(Path(entry), None)
-    f = local / "model.mcpir"
+    f = Path(local) / "model.mcpir"
     return read_mcpir(f).opset_imports.get("", None) if f.is_file() else None
 
 
