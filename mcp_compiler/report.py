@@ -236,7 +236,7 @@ class Reporter:
             self.out.print(f"  {o.name}: max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g}, "
                            f"cosine {o.cosine:.6f}  {state}", markup=False)
         for w in getattr(r, "warnings", None) or ():
-            self.err.print(f"warning: {w}", markup=False)
+            self.warning(w)
         for o in getattr(r, "as_user_runs", None) or ():
             self.out.print(f"  {o['name']} against onnxruntime's default optimization (int8 kernels, as a user runs "
                            f"the original): max abs {o['max_abs']:.3g}, max rel {o['max_rel']:.3g}, "

@@ -63,7 +63,7 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     check_regular_input(input)
     model_dir = Path(repository)
     cfg = read_config(model_dir, missing=f"--repository {model_dir}: no config.pbtxt (expected DIR/NAME)")
-    _check_same_interface(Path(input), cfg, model_dir)
+    outputs = _check_same_interface(Path(input), cfg, model_dir)
     vdir = _latest_version(model_dir)
     backend = cfg.backend or "onnxruntime"
     level = cfg.parameters[P.QUANTIZATION_LEVEL].string_value if P.QUANTIZATION_LEVEL in cfg.parameters else "none"
@@ -92,7 +92,7 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
         return recorded
 
     report = compare_with_original(input, emitted, report, seed=seed, inputs=inputs)
-    report.warnings += declared_shape_mismatches(cfg, _output_names(Path(input)), seen)
+    report.warnings += declared_shape_mismatches(cfg, outputs, seen)
     if P.STATE in cfg.parameters:
         _verify_sequence(Path(input), vdir, cfg, report)
     return report
@@ -136,15 +136,6 @@ def _verify_sequence(original: Path, vdir: Path, cfg, report: VerifyReport) -> N
                                           all(r[3] for r in rows)))
 
 
-def _output_names(original: Path) -> list[str]:
-    import onnx
-
-    try:
-        return [o.name for o in onnx.load(str(original), load_external_data=False).graph.output]
-    except Exception:  # noqa: BLE001 - unreadable here: the comparison said why already
-        return []
-
-
 def declared_shape_mismatches(cfg, names: list[str], seen: list[list[tuple]]) -> list[str]:  # noqa: ANN001 - ModelConfig
     """Outputs whose declared dims (batch first where the config batches; -1 any size; a
     `reshape` is what the model gives) do not fit what the model returned: clients and Triton are
@@ -165,15 +156,16 @@ def declared_shape_mismatches(cfg, names: list[str], seen: list[list[tuple]]) ->
     return out
 
 
-def _check_same_interface(original: Path, cfg, entry: Path) -> None:  # noqa: ANN001 - ModelConfig
+def _check_same_interface(original: Path, cfg, entry: Path) -> list[str]:  # noqa: ANN001 - ModelConfig
     """MODEL and ENTRY must have the same inputs and outputs: an entry converted from another
-    model is a usage error naming what differs, not a failed run."""
+    model is a usage error naming what differs, not a failed run. The model's outputs, in its
+    order ([] where it is not readable here)."""
     import onnx
 
     try:
         g = onnx.load(str(original), load_external_data=False).graph
     except Exception:  # noqa: BLE001 - not readable here: compare_with_original says why, in its own words
-        return
+        return []
     weights = {t.name for t in g.initializer}
     want = [i.name for i in g.input if i.name not in weights]
     outs = [o.name for o in g.output]
@@ -194,6 +186,7 @@ def _check_same_interface(original: Path, cfg, entry: Path) -> None:  # noqa: AN
     if problems:
         raise UsageError(f"{original} and {entry} do not match: {'; '.join(problems)} "
                          "(was the entry converted from another model?)")
+    return outs
 
 
 def _recorded_budget(params: dict[str, str], entry: Path) -> dict[str, float]:
