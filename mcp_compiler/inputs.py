@@ -73,18 +73,31 @@ class InputPlan:
         how = self._values[name]
         return (how[0] == "range" and how[1] == 0) or (how[0] == "choice" and 0 in how[1])
 
+    def sizes_at(self, sizes: dict[str, int] | None = None, batch: int | None = None) -> dict[str, int]:
+        """The plan's sizes (or `sizes`), the axis-0 symbols at `batch` (the batch is the symbol at
+        axis 0, everywhere it appears; static dims stay)."""
+        out = dict(self.sizes if sizes is None else sizes)
+        if batch is not None:
+            out.update({d[0]: batch for d in self.shapes.values() if d and isinstance(d[0], str)})
+        return out
+
+    def values_at(self, name: str, sizes: dict[str, int]) -> tuple:
+        """How input `name`'s values are drawn at `sizes`: a range below a symbol's size, as chosen."""
+        how = self._values.get(name, ("normal",))
+        if how[0] == "range" and isinstance(how[2], str):
+            return ("range", how[1], max(1, sizes.get(how[2], 1)))
+        return how
+
     def request(self, batch: int | None = None) -> dict[str, dict]:
         """Each input's shape at the plan's sizes (the axis-0 symbols at `batch`) and how its values
         are drawn, as JSON: what a client that has only the served config needs to send a request
         the model accepts ("values": ["range", lo, hi] | ["choice", [v, ...]] | [float draw])."""
-        sizes = dict(self.sizes)
-        if batch is not None:
-            sizes.update({d[0]: batch for d in self.shapes.values() if d and isinstance(d[0], str)})
+        sizes = self.sizes_at(batch=batch)
         out = {}
         for name, dims in self.shapes.items():
-            how = self._values.get(name, ("normal",))
+            how = self.values_at(name, sizes)
             if how[0] == "range":
-                values = ["range", int(how[1]), int(max(1, sizes.get(how[2], 1)) if isinstance(how[2], str) else how[2])]
+                values = ["range", int(how[1]), int(how[2])]
             elif how[0] == "choice":
                 values = ["choice", [v.item() if hasattr(v, "item") else v for v in how[1]]]
             else:
@@ -338,9 +351,7 @@ def make(model: Model, p: InputPlan, rng: np.random.Generator, *, sizes: dict[st
          batch: int | None = None, limit: int = INPUT_LIMIT, flag: str = "--dims") -> dict[str, np.ndarray]:
     """One sample for `model` at the plan's sizes (or `sizes`), the axis-0 symbols at `batch`;
     an input over `limit` bytes is a UsageError naming `flag`."""
-    sizes = dict(p.sizes if sizes is None else sizes)
-    if batch is not None:   # the batch is the symbol at axis 0 (everywhere it appears; static dims stay)
-        sizes.update({d[0]: batch for d in p.shapes.values() if d and isinstance(d[0], str)})
+    sizes = p.sizes_at(sizes, batch)
     feeds = {}
     for v in interface(model):
         shape = _shape_at(p, v, sizes)
@@ -349,10 +360,7 @@ def make(model: Model, p: InputPlan, rng: np.random.Generator, *, sizes: dict[st
         if size > limit:
             raise UsageError(f"input {v.name!r} at shape {shape} would be {size} bytes, over the "
                              f"{limit >> 20} MiB limit for generated inputs; give smaller sizes with {flag}")
-        how = p._values[v.name]
-        if how[0] == "range" and isinstance(how[2], str):   # below a symbol's size, as chosen now
-            how = ("range", how[1], max(1, sizes.get(how[2], 1)))
-        feeds[v.name] = _draw(dt, shape, how, rng, v.name, p.floats)
+        feeds[v.name] = draw(dt.numpy_dtype, shape, p.values_at(v.name, sizes), rng, v.name, p.floats)
     return feeds
 
 
@@ -365,20 +373,22 @@ def _sample_bytes(model: Model, p: InputPlan, sizes: dict[str, int]) -> int:
     return sum(DataType(v.type.elem_type).nbytes(math.prod(_shape_at(p, v, sizes))) for v in interface(model))
 
 
-def _draw(dt: DataType, shape: list[int], how: tuple, rng: np.random.Generator, name: str,
-          floats: str = "normal") -> np.ndarray:
-    """Random values for one input: always an ndarray, a 0-d one at rank 0 (numpy's generators
-    return a numpy scalar for shape (), which onnxruntime and tritonclient refuse)."""
-    return np.asarray(_values(dt, list(shape), how, rng, name, floats), dtype=dt.numpy_dtype)
+def draw(npdt: np.dtype, shape: list[int], how: tuple, rng: np.random.Generator, name: str = "",
+         floats: str = "normal") -> np.ndarray:
+    """Random values for one input of numpy type `npdt`, drawn as `how` says (("range", lo, hi),
+    ("choice", values), or anything else: the float draw `floats`): always an ndarray, a 0-d one
+    at rank 0 (numpy's generators return a numpy scalar for shape (), which onnxruntime and
+    tritonclient refuse). Also what bench draws from an entry's recorded request."""
+    npdt = np.dtype(npdt)
+    return np.asarray(_values(npdt, list(shape), tuple(how), rng, name, floats), dtype=npdt)
 
 
-def _values(dt: DataType, shape: list[int], how: tuple, rng: np.random.Generator, name: str,
+def _values(npdt: np.dtype, shape: list[int], how: tuple, rng: np.random.Generator, name: str,
             floats: str) -> np.ndarray | np.generic:
-    npdt = dt.numpy_dtype
     # drawn at the width of the result (float32, not float64 then cast: half the peak memory)
     if how[0] == "choice":
         return np.asarray(how[1])[rng.integers(0, len(how[1]), shape, dtype=np.int32)].astype(npdt, copy=False)
-    if dt == DataType.BOOL:
+    if npdt == np.bool_:
         return rng.integers(0, 2, shape, dtype=np.int8).astype(bool)
     if how[0] == "range":
         return rng.integers(how[1], how[2], shape, dtype=np.int64).astype(npdt, copy=False)
@@ -395,7 +405,7 @@ def _values(dt: DataType, shape: list[int], how: tuple, rng: np.random.Generator
         if floats == "wide":
             a *= 4.0
         return a.astype(npdt, copy=False)
-    raise UsageError(f"input {name!r}: cannot make random {dt.name} data; give inputs with --inputs")
+    raise UsageError(f"input {name!r}: cannot make random {npdt} data; give inputs with --inputs")
 
 
 def probe(model: Model, p: InputPlan, run: Callable[[dict], list], rng_seed: int = 0) -> InputPlan:

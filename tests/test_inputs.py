@@ -221,7 +221,7 @@ def test_user_inputs(tmp_path):
 def test_rank0_inputs_are_0d_arrays_of_every_dtype():
     """Issue 30 #1: a rank-0 input of any dtype is drawn as a 0-d ndarray (not a numpy scalar,
     which onnxruntime's run and tritonclient refuse), by every way of drawing."""
-    from mcp_compiler.inputs import _draw
+    from mcp_compiler.inputs import draw
     from mcp_compiler.ir import DataType
 
     rng = np.random.default_rng(0)
@@ -233,7 +233,7 @@ def test_rank0_inputs_are_0d_arrays_of_every_dtype():
             for floats in ("normal", "uniform", "wide"):
                 if how[0] == "normal" and not (dt == DataType.BOOL or np.issubdtype(dt.numpy_dtype, np.floating)):
                     continue
-                a = _draw(dt, [], how, rng, "x", floats)
+                a = draw(dt.numpy_dtype, [], how, rng, "x", floats)
                 assert isinstance(a, np.ndarray) and a.shape == () and a.dtype == dt.numpy_dtype, (dt, how, type(a))
 
 

@@ -219,31 +219,17 @@ def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int, d
 def _recorded_feeds(recorded: dict, types: dict[str, Any], length: int) -> dict[str, np.ndarray]:
     """One request from the config's mcp_request: each input at its shape with its free axes (a
     length, an image side) at `length` as bench sends a local entry, its values drawn as recorded
-    (an index range, one of the compared values, or the float draw)."""
+    (an index range, one of the compared values, or the float draw: inputs.draw)."""
+    from mcp_compiler.inputs import draw
+
     rng = np.random.default_rng(0)
     feeds = {}
     for name, spec in recorded.items():
-        shape, how, dtype = [int(d) for d in spec["shape"]], spec["values"], np.dtype(types[name])
+        shape, how = [int(d) for d in spec["shape"]], spec["values"]
         for a in spec.get("free", []):
             shape[a] = length
-        if how[0] == "range":
-            a = rng.integers(int(how[1]), max(int(how[2]), int(how[1]) + 1), shape)
-        elif how[0] == "choice":
-            a = np.asarray(how[1])[rng.integers(0, len(how[1]), shape)]
-        elif dtype.kind == "b":
-            a = rng.integers(0, 2, shape)
-        elif dtype.kind in "iu":
-            a = rng.integers(0, 3, shape)
-        elif how[0] == "uniform":
-            a = rng.random(shape)
-        elif how[0] in ("positive", "large"):
-            lo, hi = (1.0, 10.0) if how[0] == "positive" else (10.0, 1000.0)
-            a = lo + (hi - lo) * rng.random(shape)
-        elif how[0] == "integral":
-            a = rng.integers(1, 9, shape)
-        else:
-            a = rng.standard_normal(shape) * (4.0 if how[0] == "wide" else 1.0)
-        feeds[name] = np.asarray(a).astype(dtype)
+        floats = how[0] if how[0] not in ("range", "choice") else "normal"
+        feeds[name] = draw(types[name], shape, how, rng, name, floats)
     return feeds
 
 
