@@ -97,7 +97,7 @@ def served(target: str | os.PathLike, conn: Connection | None, *, batch_size: in
                 raise
             yield s
         finally:
-            server.close(keep_log=not server.alive() and server.died is not None)   # a server that died: its log stays
+            server.close()
         return
     name = str(target)
     if is_entry(target):

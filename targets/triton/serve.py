@@ -303,6 +303,7 @@ class TritonServer:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self._env(),
                                          preexec_fn=_die_with_parent, start_new_session=True)
             log.close()
+            self.died = None   # (a retry after a lost port race: the last try's end is not this one's)
             self.http_port, self.grpc_port, self.metrics_port = http, grpc, metrics
             try:
                 self._wait_ready()
@@ -362,7 +363,7 @@ class TritonServer:
         python-backend stubs, reparented to init, and their shared-memory regions."""
         if self.proc is None:
             return
-        if self.proc.poll() is None:
+        if self.alive():   # else: one that ended by itself, recorded in `died`
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -371,8 +372,6 @@ class TritonServer:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
-        elif self.died is None:
-            self.died = self.proc.returncode
         stubs = self._stubs()
         for pid in stubs:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -404,11 +403,12 @@ class TritonServer:
 
     def close(self, *, keep_log: bool = False) -> None:
         """Stop the server and remove its temporary folder (backend links, log), unless
-        keep_log (when a failure message names the log)."""
+        keep_log (when a failure message names the log) or the server died by itself (the error
+        that says so names its log)."""
         self.stop()
         if self.relay is not None:
             self.relay.close()
-        if not keep_log:
+        if not (keep_log or self.died is not None):
             shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self) -> TritonServer:
