@@ -34,9 +34,6 @@ def entry() -> None:
     collect_seldom()
     import os
 
-    # gRPC's C core logs what it refuses (a certificate it cannot parse, a header) on stderr, beside
-    # the one error line mcp-cli prints for the same failure; GRPC_VERBOSITY=ERROR shows them again
-    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     from .application import entry as run
 
     if loading:

@@ -15,6 +15,11 @@ from pathlib import Path
 
 from mcp_compiler.errors import McpError, ServerAuthError, ServerError, ServerLoadError, ServerUnreachableError, UsageError
 
+# gRPC's C core logs what it refuses (TLS, a certificate it cannot parse, a header, a connection)
+# on stderr, beside the one error line server_error makes of the same failure; read when the first
+# channel starts, so set before any client here is made. GRPC_VERBOSITY=ERROR shows them again.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
 SCHEMES = {"grpc": ("grpc", False), "grpcs": ("grpc", True), "http": ("http", False), "https": ("http", True)}
 
 
@@ -66,8 +71,6 @@ class Connection:
 
 def client(conn: Connection):  # noqa: ANN201 - a tritonclient InferenceServerClient
     if conn.protocol == "grpc":
-        # gRPC's C core logs TLS and connection failures to stderr itself; the error line says it
-        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
         import tritonclient.grpc as tg
 
         args = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
