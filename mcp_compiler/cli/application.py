@@ -87,24 +87,25 @@ class _Group(TyperGroup):
 
 
 def _interrupted(argv: list[str]) -> None:
-    import json
-
-    sys.stderr.write("error: interrupted\n")
-    if "--json" in argv:
-        sys.stdout.write(json.dumps({"ok": False, "error": {"type": "Interrupted", "message": "interrupted",
-                                                             "exit_code": 130}}, indent=2) + "\n")
+    _failed(argv, "Interrupted", "interrupted", 130)
 
 
 def _usage_error(e, argv: list[str]) -> None:  # noqa: ANN001 - click.UsageError
+    where = f"{e.ctx.command_path}: " if e.ctx is not None else ""
+    hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+    _failed(argv, "UsageError", f"{where}{e.format_message()}", EXIT_BAD_INPUT, hint)
+
+
+def _failed(argv: list[str], kind: str, message: str, code: int, hint: str = "") -> None:
+    """What failed before a command's body (whose Reporter does this): the error line, and with
+    --json the error envelope."""
     import json
 
-    where = f"{e.ctx.command_path}: " if e.ctx is not None else ""
-    message = f"{where}{e.format_message()}"
-    hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
     sys.stderr.write(f"error: {message}{hint}\n")
     if "--json" in argv:
-        sys.stdout.write(json.dumps({"ok": False, "error": {"type": "UsageError", "message": message,
-                                                             "exit_code": EXIT_BAD_INPUT}}, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"ok": False, "error": {"type": kind, "message": message, "exit_code": code}},
+                                    indent=2) + "\n")
+
 
 app = typer.Typer(
     cls=_Group,
