@@ -188,9 +188,10 @@ def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int, d
         return _npz_for(inputs, types), []
     recorded = P.of_config(cfg).request if P.REQUEST in cfg.parameters else {}
     if recorded and not dims and set(recorded) == set(types):
+        free = f", its free axes at {length}" if any(spec.get("free") for spec in recorded.values()) else ""
         return _batched(_recorded_feeds(recorded, types, length), cfg, batch_size), [
-            f"inputs from the server's config: the request the entry records (its value domains and sizes, its "
-            f"free axes at {length}); --dims or --inputs for another"]
+            f"inputs from the server's config: the request the entry records (its value domains and sizes{free}); "
+            "--dims or --inputs for another"]
     known = {f"{i.name}.{a + batched}" for i in cfg.input for a, d in enumerate(i.dims) if d < 0} | {"*"}
     unknown = sorted(set(dims) - known)
     if unknown:
