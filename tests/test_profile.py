@@ -239,3 +239,37 @@ def test_tune_settings_carry_the_execution_into_the_config():
     bad.parameters["intra_op_threads"].string_value = "abc"
     with pytest.raises(UsageError, match="intra_op_threads must be a whole number"):
         Setting.of(bad)
+
+
+def test_openvino_runs_hardsigmoid_in_ops_its_jit_has(tmp_path):
+    """x * Clip(x + 3, 0, 6) / 6 at opset < 14 becomes x * HardSigmoid(x) in the passes, which
+    OpenVINO's CPU plugin ran in a reference kernel with layout reorders around it (2x slower on
+    PP-OCR models): the runtime replaces it, and the outputs stay onnxruntime's."""
+    pytest.importorskip("openvino", reason="openvino not installed (pip install -e '.[openvino]')")
+    import onnx
+    from onnx import TensorProto, helper
+
+    from mcp_compiler import CompileOptions, compile_model
+    from mcp_compiler.targets.triton.verify import load_runtime
+
+    c = lambda n, v: helper.make_tensor(n, TensorProto.FLOAT, [], [v])  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["y", "three"], ["a"]),
+             helper.make_node("Clip", ["a", "zero", "six"], ["b"]),
+             helper.make_node("Div", ["b", "six"], ["d"]),
+             helper.make_node("Mul", ["y", "d"], ["hs"]),
+             helper.make_node("HardSigmoid", ["hs"], ["out"], alpha=0.3, beta=0.4)]
+    w = np.random.default_rng(0).normal(size=(8, 3, 3, 3)).astype(np.float32)
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, 16, 16])],
+                          [onnx.numpy_helper.from_array(w, "w"), c("three", 3.0), c("zero", 0.0), c("six", 6.0)])
+    path = tmp_path / "hs.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    compile_model(path, tmp_path / "repo", CompileOptions.for_target("triton-v1.12", "m"))
+    rt = load_runtime(tmp_path / "repo" / "m" / "1")
+    ov = rt.MCPIRModel(tmp_path / "repo" / "m" / "1" / "model.mcpir", engine="openvino", precision="f32")
+    assert ov.ov_rewrites == 2   # the hard-swish's HardSigmoid and the plain one
+    assert not [op for op in ov._ov_model.get_ops() if op.get_type_name() == "HardSigmoid"]
+    x = np.random.default_rng(1).normal(size=(1, 3, 16, 16)).astype(np.float32) * 3
+    want = rt.MCPIRModel(tmp_path / "repo" / "m" / "1" / "model.mcpir").run({"x": x})[0]
+    np.testing.assert_allclose(ov.run({"x": x})[0], want, atol=1e-5)

@@ -168,6 +168,7 @@ class MCPIRModel:
         self._ov_config = config
         try:
             self._ov_model = core.read_model(proto)
+            self.ov_rewrites = _ov_jit_ops(self._ov_model)
             compiled = core.compile_model(self._ov_model, "CPU", config)   # any shape: the load's check
         except Exception as e:  # noqa: BLE001 - OpenVINO's conversion and compile errors
             raise MCPIRError(f"{self.path}: the model does not compile in OpenVINO: {_first(e)}") from None
@@ -223,6 +224,38 @@ class MCPIRModel:
         """Whether a top-level initializer is left in the file as external data (never for
         OpenVINO, which reads the lowered model from memory)."""
         return not self._embed and length >= _EXTERNAL_MIN_BYTES and bool(t.Name())
+
+
+def _ov_jit_ops(model) -> int:  # noqa: ANN001 - an openvino.Model, changed in place
+    """Replace ONNX HardSigmoid, which OpenVINO's CPU plugin runs in a reference kernel (and
+    reorders the tensor's layout around it, twice per use), by ops its JIT runs: HSigmoid where
+    alpha = 1/6 and beta = 0.5 (then x * HSigmoid(x) fuses into HSwish at compile), else
+    Clamp(alpha * x + beta, 0, 1). The passes make this form from x * Clip(x + 3, 0, 6) / 6 (opset
+    < 14 has no HardSwish). Measured here: ppocr_cls 3.8 -> 1.7 ms f32, 3.6 -> 1.5 ms bf16. Returns
+    how many were replaced."""
+    import openvino.opset13 as ops
+
+    n = 0
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "HardSigmoid":
+            continue
+        consts = [op.input_value(k).get_node() for k in (1, 2)]
+        if any(c.get_type_name() != "Constant" for c in consts):
+            continue
+        alpha, beta = (float(np.asarray(c.get_data()).reshape(-1)[0]) for c in consts)
+        x = op.input_value(0)
+        if abs(alpha - 1 / 6) < 1e-7 and beta == 0.5:
+            new = ops.hsigmoid(x)
+        else:
+            dt = x.get_element_type().to_dtype()
+            new = ops.clamp(ops.add(ops.multiply(x, ops.constant(np.array(alpha, dtype=dt))),
+                                    ops.constant(np.array(beta, dtype=dt))), 0.0, 1.0)
+        new.set_friendly_name(op.get_friendly_name())
+        op.output(0).replace(new.output(0))
+        n += 1
+    if n:
+        model.validate_nodes_and_infer_types()
+    return n
 
 
 # -- protobuf wire format ------------------------------------------------------------------------
