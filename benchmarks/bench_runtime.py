@@ -157,7 +157,7 @@ def main() -> None:
                              "ok" if v.get("ok") else "FAILED", "-" if worst is None else f"{worst:.5f}",
                              f"{load_ort:.2f}", f"{load_auto:.2f}"])
                 cands = "; ".join(f"{c['runtime']}/{c['precision']} "
-                                  + (f"x{1 / c['ratio']:.2f} [{c['ratio_spread'][0]:.2f}-{c['ratio_spread'][1]:.2f}]"
+                                  + (f"x{1 / c['ratio']:.2f} [{1 / c['ratio_spread'][1]:.2f}-{1 / c['ratio_spread'][0]:.2f}]"
                                      if c.get("ratio") else f"dropped: {c['dropped']}")
                                   for c in prof["candidates"][1:])
                 facts.append(f"- {m}: {cands}")
@@ -178,7 +178,7 @@ def main() -> None:
             + table(header, rows)
             + f"\n\nMedian speed-up over {len(rows)} models: {statistics.median(speedups):.2f}x "
               f"(min {min(speedups):.2f}, max {max(speedups):.2f}).\n\nWhat the profile measured "
-              "(in-process, speed-up over onnxruntime fp32 with the paired ratios' 10th-90th percentiles):\n\n"
+              "(in-process, speed-up over onnxruntime fp32, median of the paired rounds, and the range of their middle 80%):\n\n"
             + "\n".join(facts))
     print(body)
     if not a.no_write:
