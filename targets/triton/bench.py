@@ -24,7 +24,8 @@ import numpy as np
 from mcp_compiler.errors import McpError, ServerError, UsageError
 
 from .client import Connection, aio_client, server_error
-from .deploy import read_entry, smoke_inputs
+from .deploy import smoke_inputs
+from .entry import Entry
 from .loadgen import Load, Point, measure
 from .runtime import params as P
 
@@ -71,18 +72,22 @@ def is_entry(target: str | os.PathLike) -> bool:
 
 
 @contextlib.contextmanager
-def served(target: str | os.PathLike, conn: Connection | None, *, batch_size: int = 1,
+def served(target: str | os.PathLike | Entry, conn: Connection | None, *, batch_size: int = 1,
            inputs: str | os.PathLike | None = None, explicit_config: str | None = None,
            dims: dict[str, int] | None = None, length: int | None = DEFAULT_LENGTH) -> Iterator[Served]:
     """The model to measure, loaded and ready. A local entry with no `conn` gets its own
-    tritonserver, stopped (and its folder removed) on the way out, Ctrl-C included."""
+    tritonserver, stopped (and its folder removed) on the way out, Ctrl-C included. `target`: a
+    NAME the server has (with `conn`), DIR/NAME, or an Entry already read (not read again)."""
     notes: list[str] = []
+    entry = target if isinstance(target, Entry) else None
+    target = entry.path if entry is not None else target
     if conn is None:
         if not is_entry(target):
             raise UsageError(f"{target}: not a model repository entry (DIR/NAME with a config.pbtxt); "
                              "to measure a model a server already has, give its NAME and --url")
-        cfg, _, local, _ = read_entry(Path(target), None)
-        feeds = _batched(smoke_inputs(cfg, local, inputs, dims=dims, length=length, notes=notes), cfg, batch_size)
+        entry = entry or Entry.read(target)
+        cfg = entry.config
+        feeds = _batched(smoke_inputs(entry, inputs, dims=dims, length=length, notes=notes), cfg, batch_size)
         from .serve import TritonServer
 
         server = TritonServer(Path(target).resolve().parent, explicit=True)
@@ -100,9 +105,10 @@ def served(target: str | os.PathLike, conn: Connection | None, *, batch_size: in
             server.close()
         return
     name = str(target)
-    if is_entry(target):
-        cfg, _, local, _ = read_entry(Path(target), None)
-        feeds = _batched(smoke_inputs(cfg, local, inputs, dims=dims, length=length, notes=notes), cfg, batch_size)
+    if entry is not None or is_entry(target):
+        entry = entry or Entry.read(target)
+        cfg = entry.config
+        feeds = _batched(smoke_inputs(entry, inputs, dims=dims, length=length, notes=notes), cfg, batch_size)
     else:
         cfg = remote_config(conn, name)
         feeds, notes = _remote_feeds(cfg, inputs, batch_size, dims or {}, length or DEFAULT_LENGTH)

@@ -23,9 +23,9 @@ def kserve_command(rep, entry: Path, json_out: bool, dockerfile: bool, output: s
     from . import kserve as ks
 
     if dockerfile:
-        from .deploy import read_entry
+        from .entry import Entry
 
-        local = read_entry(Path(entry), None)[2]
+        local = Entry.read(entry).local
         rep.out.print(ks.dockerfile_text(ks.entry_opset(local)).rstrip("\n"), markup=False)
         return
     if plain and not apply:

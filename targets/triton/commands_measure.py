@@ -310,7 +310,7 @@ def tune(
         r = run_tune(entry, load, slo_p99_ms, budget_s=budget_s, objective=str(objective), window_s=window_s,
                      inputs=inputs, progress=_progress(rep), dims=parse_dims(dims), pairs=pairs, margin=margin)
         if apply_best and r.confirmed:
-            r.applied = str(apply(entry, r.best.setting))
+            r.applied = str(apply(entry, r.best.setting, r.config))
         if r.best is not None and r.best.confirmation is not None:
             r.best.confirmation["applied"] = bool(r.applied)
         if report_path is not None:

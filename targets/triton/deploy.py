@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from mcp_compiler.errors import (
-    InvalidModelError,
     McpError,
     ServerError,
     UsageError,
@@ -33,12 +32,11 @@ from mcp_compiler.errors import (
 from mcp_compiler.names import check_name
 
 from .client import Connection, call, client, load_error
-from .runtime import params as P
+from .entry import FILES_LIMIT, Entry
 
-# One gRPC message carries at most 2 GiB - 1 byte (client and Triton alike); leave room for the
-# config and framing. HTTP sends files base64-encoded in one JSON body: past 1 GiB the client's
-# JSON encoder was seen to crash here, so uploads over HTTP stop there.
-GRPC_UPLOAD_LIMIT = 2**31 - 1 - (16 << 20)
+# One gRPC message carries at most entry.FILES_LIMIT. HTTP sends files base64-encoded in one JSON
+# body: past 1 GiB the client's JSON encoder was seen to crash here, so uploads over HTTP stop there.
+GRPC_UPLOAD_LIMIT = FILES_LIMIT
 HTTP_UPLOAD_LIMIT = 1 << 30
 SMOKE_STEPS = 3   # a stateful model's smoke test: one sequence of this many requests
 
@@ -72,48 +70,6 @@ class DeployReport:
 
 
 # -- the entry --------------------------------------------------------------------------------------
-
-def read_entry(entry: Path, version: int | None) -> tuple[Any, int, Path, dict[str, bytes]]:
-    """(ModelConfig, server version, local version folder, upload files) of DIR/NAME."""
-    from .entry import read_config, read_files, version_dirs
-
-    entry = Path(entry)
-    cfg = read_config(entry)
-    versions = version_dirs(entry)
-    if not versions:
-        raise InvalidModelError(entry, "no version folder (e.g. 1/)")
-    local = versions[-1][1]
-    v = version if version is not None else versions[-1][0]
-    if v < 1:
-        raise UsageError("--version must be >= 1")
-    files = read_files(local, max(GRPC_UPLOAD_LIMIT, HTTP_UPLOAD_LIMIT), version=v)   # _check_size: per protocol
-    _check_files(cfg, local, files)
-    if not cfg.name:
-        cfg.name = entry.name
-    check_name(cfg.name, what=f"the name in {entry / 'config.pbtxt'}")
-    return cfg, v, local, files
-
-
-def _check_files(cfg: Any, local: Path, files: dict[str, bytes]) -> None:
-    """What the server would fail to load, found before uploading: an unknown backend, a missing
-    model file, an .mcpir that does not pass the reader's verifier (truncated, corrupt)."""
-    from mcp_compiler.mcpir.reader import from_buffer
-
-    backend = cfg.backend or cfg.platform
-    if backend not in ("python", "onnxruntime", "onnxruntime_onnx", "openvino"):
-        raise InvalidModelError(local.parent / "config.pbtxt", f"backend {backend!r} is not one mcp-cli "
-                                "deploys (python, onnxruntime, openvino)")
-    names = {k.split("/", 1)[1] for k in files}
-    wants = ["model.py"] if backend == "python" else ["model.onnx"]
-    if backend == "python" and P.RUNTIME in cfg.parameters:
-        wants.append(cfg.parameters[P.RUNTIME].string_value)
-    for want in wants:
-        if want not in names:
-            raise InvalidModelError(local, f"no {want} for the {backend} backend")
-    for key, data in files.items():
-        if key.endswith(".mcpir"):
-            from_buffer(data, path=local / key.split('/', 1)[1])  # raises InvalidModelError
-
 
 def _config_json(cfg: Any, name: str) -> str:
     from google.protobuf import json_format
@@ -321,7 +277,7 @@ def _wait_ready(c, conn: Connection, name: str, version: int, timeout: float) ->
     raise DeployError(f"{name} v{version} not READY on {conn.describe()} after {timeout:.0f} s (--wait-timeout)")
 
 
-def smoke_inputs(cfg: Any, local: Path, inputs: str | os.PathLike | None = None, *,
+def smoke_inputs(entry: Entry, inputs: str | os.PathLike | None = None, *,
                  dims: dict[str, int] | None = None, length: int | None = None,
                  notes: list[str] | None = None) -> dict[str, np.ndarray]:
     """One request the model accepts: the first sample of `inputs` (an .npz or a folder of them),
@@ -331,7 +287,8 @@ def smoke_inputs(cfg: Any, local: Path, inputs: str | os.PathLike | None = None,
     realistic request, not the smallest one); `notes` says what was chosen."""
     from mcp_compiler.inputs import load_inputs, make, plan, probe
 
-    model, run = _local_model(cfg, local)
+    cfg = entry.config
+    model, run = _local_model(entry)
     if inputs is not None:
         feeds = load_inputs(inputs, model)[0]
     else:
@@ -374,17 +331,10 @@ def _at_axis0(p: Any, symbol: str) -> bool:
     return any(sh and sh[0] == symbol for sh in p.shapes.values())
 
 
-def _local_model(cfg: Any, local: Path):  # noqa: ANN202 - (IR model, feeds -> outputs)
+def _local_model(entry: Entry):  # noqa: ANN202 - (IR model, feeds -> outputs)
     from mcp_compiler.session import create_session, quiet_options
 
-    if (cfg.backend or cfg.platform) == "python":
-        from mcp_compiler.mcpir import read_mcpir
-
-        model = read_mcpir(local / "model.mcpir")
-    else:
-        from mcp_compiler.frontend import load_onnx
-
-        model = load_onnx(local / "model.onnx", check=False, infer_shapes=False).model
+    model = entry.model()
     sess = create_session(model, quiet_options(prepack=False))
     return model, lambda feeds: sess.run(None, feeds)
 
@@ -429,7 +379,8 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
     if keep and not dry_run:
         _check_state_dir()   # ... and so is a state folder that cannot hold the rollback copy
     name = check_name(name, what="--name") if name is not None else None
-    cfg, v, local, files = read_entry(Path(entry), version)
+    e = Entry.read(entry, version)
+    cfg, v, files = e.config, e.version, e.files
     name = name or cfg.name
     if CONTENT_KEY in cfg.parameters:
         del cfg.parameters[CONTENT_KEY]
@@ -441,7 +392,7 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
                           dry_run=dry_run, content_sha256=digest)
     _check_size(conn, total)
     # the smoke request is made (and tried locally) before anything is sent
-    feeds = smoke_inputs(cfg, local, inputs, dims=dims) if smoke and not dry_run else {}
+    feeds = smoke_inputs(e, inputs, dims=dims) if smoke and not dry_run else {}
     if dry_run:
         report.notes.append(f"would load {name} v{v} ({total} bytes) with config {config_json}")
         return report

@@ -8,12 +8,89 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mcp_compiler.errors import InvalidModelError, UsageError
 
+from .runtime import params as P
+
 CONFIG_LIMIT = 1 << 20   # a config.pbtxt of more than 1 MiB is not one mcp-cli wrote
+# One gRPC message carries at most 2 GiB - 1 byte (client and Triton alike); leave room for the
+# config and framing: no load request carries a bigger version folder, so none is read.
+FILES_LIMIT = 2**31 - 1 - (16 << 20)
+BACKENDS = ("python", "onnxruntime", "onnxruntime_onnx", "openvino")
+
+
+@dataclass
+class Entry:
+    """DIR/NAME read once and checked (Entry.read): its config, the version the server is asked to
+    serve, the newest version folder and its files as a load request carries them, and the model
+    in it (the IR, built from the bytes already read)."""
+    path: Path
+    config: Any                     # tritonclient's ModelConfig
+    version: int
+    local: Path                     # the newest version folder
+    files: dict[str, bytes] = field(repr=False)
+    _model: Any = field(default=None, repr=False)
+
+    @classmethod
+    def read(cls, entry: str | os.PathLike, version: int | None = None) -> Entry:
+        """Refused with one line naming the file: no version folder, a version below 1, an unknown
+        backend, a missing model file, an .mcpir that does not pass the reader's verifier
+        (truncated, corrupt), a bad name -- what the server would fail to load, before anything is sent."""
+        from mcp_compiler.names import check_name
+
+        entry = Path(entry)
+        cfg = read_config(entry)
+        versions = version_dirs(entry)
+        if not versions:
+            raise InvalidModelError(entry, "no version folder (e.g. 1/)")
+        local = versions[-1][1]
+        v = version if version is not None else versions[-1][0]
+        if v < 1:
+            raise UsageError("--version must be >= 1")
+        files = read_files(local, FILES_LIMIT, version=v)
+        if not cfg.name:
+            cfg.name = entry.name
+        e = cls(entry, cfg, v, local, files)
+        e._model = e._check_files()
+        check_name(cfg.name, what=f"the name in {entry / 'config.pbtxt'}")
+        return e
+
+    def _check_files(self) -> Any:
+        from mcp_compiler.mcpir.reader import from_buffer
+
+        cfg, local = self.config, self.local
+        backend = cfg.backend or cfg.platform
+        if backend not in BACKENDS:
+            raise InvalidModelError(local.parent / "config.pbtxt", f"backend {backend!r} is not one mcp-cli "
+                                    "deploys (python, onnxruntime, openvino)")
+        names = {k.split("/", 1)[1] for k in self.files}
+        wants = ["model.py"] if backend == "python" else ["model.onnx"]
+        if backend == "python" and P.RUNTIME in cfg.parameters:
+            wants.append(cfg.parameters[P.RUNTIME].string_value)
+        for want in wants:
+            if want not in names:
+                raise InvalidModelError(local, f"no {want} for the {backend} backend")
+        runtime = cfg.parameters[P.RUNTIME].string_value if P.RUNTIME in cfg.parameters else "model.mcpir"
+        model = None
+        for key, data in self.files.items():
+            if key.endswith(".mcpir"):
+                name = key.split("/", 1)[1]
+                got = from_buffer(data, path=local / name)  # raises InvalidModelError
+                model = got if name == runtime or model is None else model
+        return model if backend == "python" else None
+
+    def model(self) -> Any:
+        """The entry's model as IR: the python backend's .mcpir (built when the entry was read), else
+        its model.onnx."""
+        if self._model is None:
+            from mcp_compiler.frontend import load_onnx
+
+            self._model = load_onnx(self.local / "model.onnx", check=False, infer_shapes=False).model
+        return self._model
 
 
 def read_config(entry: str | os.PathLike, *, missing: str | None = None) -> Any:

@@ -238,10 +238,12 @@ def scaling_from_tune(path: Path | None, model: str, cfg: Any) -> dict[str, Any]
 
 def build(entry: Path, req: KServeRequest) -> Manifests:
     """The manifests for DIR/NAME (validated; nothing written)."""
-    from .deploy import entry_sha256, read_entry
+    from .deploy import entry_sha256
+    from .entry import Entry
 
     _check_request(req)
-    cfg, version, local, files = read_entry(Path(entry), req.model_version)
+    e = Entry.read(entry, req.model_version)
+    cfg, version, local, files = e.config, e.version, e.local, e.files
     model = cfg.name
     svc = req.name or service_name(model)
     if req.name and service_name(req.name) != req.name:

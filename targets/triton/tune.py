@@ -45,7 +45,7 @@ from typing import Any, Callable
 from mcp_compiler.errors import McpError, UsageError
 
 from .bench import Served, load_model, measure_points, served, still_serving, unload_model
-from .entry import int_parameter
+from .entry import Entry, int_parameter
 from .loadgen import WARMUP_S, Load, Point
 from .procs import PeakRss
 from .runtime import params as P
@@ -187,6 +187,7 @@ class TuneReport:
     applied: str | None = None
     notes: list[str] = field(default_factory=list)
     inputs: dict[str, dict] = field(default_factory=dict)   # the request: name -> {"shape", "dtype"}
+    config: Any = field(default=None, repr=False)   # the entry's ModelConfig as tune read it (apply's base)
 
     @property
     def confirmed(self) -> bool:
@@ -240,12 +241,13 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
     cores = cores or os.cpu_count() or 1
     t0 = time.monotonic()
     say = progress or (lambda _msg: None)
-    batchable = _batchable(Path(entry))
+    e = Entry.read(entry)   # once: the search, the confirmation and the profile use what was read
+    batchable = _batchable(e)
     notes: list[str] = []
-    with served(entry, None, inputs=inputs, dims=dims) as s:
+    with served(e, None, inputs=inputs, dims=dims) as s:
         notes += s.notes
         original = copy.deepcopy(s.config)
-        search = _Search(s, load, slo_p99_ms, objective, window_s, max_windows, cores, Path(entry))
+        search = _Search(s, load, slo_p99_ms, objective, window_s, max_windows, cores, e)
         try:
             baseline = search.run(Setting.of(original), "baseline")
             say(_line(0, baseline, None, slo_p99_ms))
@@ -264,7 +266,7 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
                     notes.append("no time left in --budget-s to profile the executions (OpenVINO): not searched")
                     return []
                 return [replace(start, execution=e, budget=b)
-                        for e, b in _executions(Path(entry), notes, say, min(PROFILE_S, left)) if e != start.execution]
+                        for x, b in _executions(e, notes, say, min(PROFILE_S, left)) if x != start.execution]
 
             for stage in (_batching, _instances, _batch_sizes, executions):
                 for setting in stage(search.best_setting(baseline), cores, load, batchable):
@@ -300,7 +302,7 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
                      f"({cores} cores: more intra-op threads are onnxruntime's default)")
     return TuneReport(s.name, load.label, slo_p99_ms, objective, baseline, best,
                       search.trials, timeout_trial, budget_s, time.monotonic() - t0, notes=notes,
-                      inputs=shapes_of(s.feeds))
+                      inputs=shapes_of(s.feeds), config=original)
 
 
 def bootstrap_median_interval(ratios: list[float], level: float = 0.90, n: int = BOOTSTRAP,
@@ -317,7 +319,7 @@ def bootstrap_median_interval(ratios: list[float], level: float = 0.90, n: int =
 
 class _Search:
     def __init__(self, s: Served, load: Load, slo: float, objective: str, window_s: float, max_windows: int,
-                 cores: int = 1, entry: Path | None = None) -> None:
+                 cores: int = 1, entry: Entry | None = None) -> None:
         self.s, self.load, self.slo, self.objective, self.entry = s, load, slo, objective, entry
         self.window_s, self.max_windows, self.cores = window_s, max_windows, cores
         self.trials: list[Trial] = []
@@ -354,12 +356,10 @@ class _Search:
         its bootstrap 90% interval; confirmed when the interval's lower end is above 1 + margin."""
         import dataclasses
 
-        from .deploy import read_entry
-
         # both loaded at once, the best under a second name (the entry's files uploaded with its
         # config): the pairs then alternate between two ready models, no reload between them
         twin = dataclasses.replace(self.s, name=f"{self.s.name}__mcp_confirm")
-        _, _, _, files = read_entry(self.entry, None)
+        files = self.entry.files if self.entry is not None else {}
         rows = []
         try:
             load_model(self.s, _json(baseline.setting.config(self.base), self.s.name))
@@ -422,20 +422,17 @@ class _Search:
         return min(measured, key=lambda t: t.point.p99_ms).setting if measured else baseline.setting
 
 
-def _executions(entry: Path, notes: list[str], say: Callable[[str], None], seconds: float) -> list[tuple[str, str]]:
+def _executions(entry: Entry, notes: list[str], say: Callable[[str], None], seconds: float) -> list[tuple[str, str]]:
     """The executions worth a trial: those the runtime profile keeps on this machine (they
     compile and meet their accuracy budget), as (runtime/precision, budget JSON)."""
     import json as _json_mod
 
     from mcp_compiler import profile as prof
-    from mcp_compiler.mcpir import read_mcpir
 
-    from .entry import version_dirs
     from .verify import execution_loader
 
-    vdir = version_dirs(entry)[-1][1]   # the newest, by number
     say("profiling the executions this machine has (accuracy against onnxruntime fp32)")
-    p = prof.choose(read_mcpir(vdir / "model.mcpir"), execution_loader(vdir), seconds=seconds)
+    p = prof.choose(entry.model(), execution_loader(entry.local), seconds=seconds)
     kept = [(c.key, _json_mod.dumps(c.budget, sort_keys=True) if c.budget else "") for c in p.candidates
             if not c.dropped]
     for c in p.candidates:
@@ -456,23 +453,14 @@ def _batching(start: Setting, cores: int, load: Load, batchable: bool) -> list[S
     return out
 
 
-def _batchable(entry: Path) -> bool:
+def _batchable(entry: Entry) -> bool:
     """Whether the entry's model can take batching: one batch symbol at axis 0 of every input
     and output (config.batch_blocker), each of rank 2 or more (dims left after the batch)."""
     from .config import batch_blocker, interface
-    from .deploy import read_entry
 
-    cfg, _, local, _ = read_entry(entry, None)
-    if cfg.max_batch_size > 0:
+    if entry.config.max_batch_size > 0:
         return True
-    if (local / "model.mcpir").is_file():
-        from mcp_compiler.mcpir import read_mcpir
-
-        model = read_mcpir(local / "model.mcpir")
-    else:
-        from mcp_compiler.frontend import load_onnx
-
-        model = load_onnx(local / "model.onnx", check=False, infer_shapes=False).model
+    model = entry.model()
     ins, outs = interface(model)
     return batch_blocker(model) is None and all(len(v.type.shape) >= 2 for v in [*ins, *outs])
 
@@ -546,8 +534,9 @@ def describe(s: Setting) -> str:
     return f"{db}, max batch {s.max_batch_size}{pref}, {s.instance_count} instance(s){thr}{ex}"
 
 
-def apply(entry: str | os.PathLike, setting: Setting) -> Path:
-    """Rewrite DIR/NAME/config.pbtxt with `setting`, atomically (through the ModelConfig protobuf)."""
+def apply(entry: str | os.PathLike, setting: Setting, base: Any = None) -> Path:
+    """Rewrite DIR/NAME/config.pbtxt with `setting` over `base` (the config tune measured; read
+    from the entry when None), atomically (through the ModelConfig protobuf)."""
     from google.protobuf import text_format
 
     from mcp_compiler.files import follow_umask
@@ -555,7 +544,7 @@ def apply(entry: str | os.PathLike, setting: Setting) -> Path:
     from .entry import read_config
 
     path = Path(entry) / "config.pbtxt"
-    cfg = read_config(entry)
+    cfg = base if base is not None else read_config(entry)
     text = text_format.MessageToString(setting.config(cfg))
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:

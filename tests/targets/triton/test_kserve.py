@@ -100,7 +100,7 @@ def test_resources_follow_instances_threads_and_weights(entries, tmp_path):
 
 def _tune_report(path, entry, load="concurrency 8", meets=True, model="mlp", matches=True, confirmed=False):
     """A report as `tune --json` writes it (its own classes): the baseline is the entry's config."""
-    from mcp_compiler.targets.triton.deploy import read_entry
+    from mcp_compiler.targets.triton.entry import Entry
     from mcp_compiler.targets.triton.loadgen import Point
     from mcp_compiler.targets.triton.tune import Setting, Trial, TuneReport
 
@@ -111,7 +111,7 @@ def _tune_report(path, entry, load="concurrency 8", meets=True, model="mlp", mat
                    stable=True)
         return Trial(setting, pt, 300.0, meets_slo=ok)
 
-    served = Setting.of(read_entry(entry, None)[0])
+    served = Setting.of(Entry.read(entry).config)
     other = Setting(True, 16, (4,), 100, 3)
     base = trial(served if matches else Setting(False, 0), 900.0, 8.0, 12.0, meets)
     best = trial(other, 1400.0, 5.0, 9.0, True)

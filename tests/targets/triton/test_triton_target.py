@@ -275,7 +275,8 @@ def test_a_batch_only_value_travels_as_batch_by_one(tmp_path):
     """A batching model's [N] value (sequence lengths beside [N, T] data, as real recognizers
     and diacritizers take): Triton needs a dim past the batch, so it travels as [N, 1] and the
     config's reshape gives the model [N]; deploy's smoke request is shaped to match."""
-    from mcp_compiler.targets.triton.deploy import read_entry, smoke_inputs
+    from mcp_compiler.targets.triton.deploy import smoke_inputs
+    from mcp_compiler.targets.triton.entry import Entry
 
     nodes = [helper.make_node("Cast", ["lengths"], ["lf"], to=TensorProto.FLOAT),
              helper.make_node("Unsqueeze", ["lf", "one"], ["l2"]),
@@ -296,8 +297,7 @@ def test_a_batch_only_value_travels_as_batch_by_one(tmp_path):
         assert list(by_name[name].dims) == [1] and by_name[name].HasField("reshape")
         assert list(by_name[name].reshape.shape) == []
     assert not by_name["x"].HasField("reshape")
-    parsed, _, local, _ = read_entry(tmp_path / "repo" / "m", None)
-    feeds = smoke_inputs(parsed, local)
+    feeds = smoke_inputs(Entry.read(tmp_path / "repo" / "m"))
     assert feeds["lengths"].shape == (1, 1) and feeds["x"].shape == (1, 4)
 
 

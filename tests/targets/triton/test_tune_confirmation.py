@@ -57,7 +57,7 @@ class _Fake:
         monkeypatch.setattr(T, "measure_points", measure_points)
         monkeypatch.setattr(T, "unload_model", lambda s: None)
         monkeypatch.setattr(T, "_batchable", lambda entry: True)
-        monkeypatch.setattr("mcp_compiler.targets.triton.deploy.read_entry", lambda e, v: (None, 1, None, {}))
+        monkeypatch.setattr(T.Entry, "read", classmethod(lambda cls, e, v=None: cls(e, None, 1, None, {})))
 
 
 def _tune(cores: int = 2) -> T.TuneReport:
@@ -86,6 +86,25 @@ def test_a_real_gain_is_confirmed_with_its_interval(monkeypatch):
     lo, hi = c["interval"]
     assert 1.05 < lo <= c["median_ratio"] <= hi
     assert [p["first"] for p in c["pairs"]] == ["baseline", "best", "baseline", "best", "baseline"]
+
+
+def test_tune_reads_its_entry_once_and_the_confirmation_uploads_what_was_read(monkeypatch):
+    fake = _Fake(lambda s: 2.0 if s.max_queue_delay_us == 500 else 1.0)
+    fake.install(monkeypatch)
+    reads, uploads = [], []
+    files = {"file:1/model.mcpir": b"read once"}
+
+    def read(cls, entry, version=None):
+        reads.append(entry)
+        return cls(entry, fake.config, 1, None, files)
+    monkeypatch.setattr(T.Entry, "read", classmethod(read))
+    load = T.load_model
+    monkeypatch.setattr(T, "load_model", lambda s, config_json=None, files=None: (uploads.append(files),
+                                                                                    load(s, config_json, files)))
+    r = _tune()
+    assert r.confirmed and reads == ["entry"]
+    assert files in uploads   # the twin of the confirmation got the bytes tune read, not a second read
+    assert r.config is not None and r.config.name == "m"   # apply writes over the config tune measured
 
 
 def test_settings_the_same_on_this_machine_are_measured_once(monkeypatch):
