@@ -64,3 +64,21 @@ def test_already_compressed_weights_are_named(tmp_path):
         out = json.loads(r.output)
         assert out["quantization"]["skipped"][0]["reason"] == says
         assert any(says in w for w in out["warnings"]) and not any("not a constant" in w for w in out["warnings"])
+
+
+def test_a_budget_counts_outputs_within_atol_as_equal_whatever_their_cosine():
+    """A detector's map at a small size holds probabilities of 1e-7: another engine differs there by
+    9e-8 and the cosine says 0.53. Within atol everywhere is equal (as the runtime profile counts
+    it); past atol, the budget judges."""
+    from mcp_compiler.reference import VerifyReport, _compare_all
+
+    want = np.array([[1e-7, 2e-7, 1.5e-7]], np.float32)
+    tiny = np.array([[2e-7, 0.5e-7, 1.5e-7]], np.float32)       # cosine ~0.7, max abs 1.5e-7
+    report = VerifyReport("r", "python", 1, {}, 1e-3, 1e-4)
+    report.budget = {"cos": 0.999, "rel": 0.05}
+    _compare_all(report, lambda feeds: [tiny], [{"x": np.zeros(1)}], ["y"], [[want]])
+    assert report.outputs[0].ok and report.outputs[0].cosine < 0.9
+    report = VerifyReport("r", "python", 1, {}, 1e-3, 1e-4)
+    report.budget = {"cos": 0.999, "rel": 0.05}
+    _compare_all(report, lambda feeds: [tiny * 1e4], [{"x": np.zeros(1)}], ["y"], [[want * 1e4]])
+    assert not report.outputs[0].ok   # the same disagreement at a size atol does not cover
