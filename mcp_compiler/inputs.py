@@ -40,6 +40,7 @@ BATCH_SIZES = (2, 1, 3, 4, 8)
 OTHER_SIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16, 96, 160, 224, 320, 576, 640)
 _COMBOS = 20000          # assignments the static search looks at
 PROBES = 12              # sizes the probe tries on the original before giving up
+REQUEST_LENGTH = 128     # a free axis's size in the request clients send (bench's default length)
 # How float inputs may be drawn, and how the report says it. When N(0, 1) gives a non-finite
 # output (a log or a square root of a scalar parameter, a pitch model's fmin/fmax), the others are
 # tried in this order at the same sizes before other sizes are.
@@ -67,6 +68,7 @@ class InputPlan:
     shapes: dict[str, tuple] = field(default_factory=dict, repr=False)    # input -> dims over the symbols
     _values: dict[str, tuple] = field(default_factory=dict, repr=False)   # input -> ("range", lo, hi) | ("choice", vals)
     _order: list[dict[str, int]] = field(default_factory=list, repr=False)
+    _requires: list = field(default_factory=list, repr=False)   # the shape contracts: (lhs, op, rhs, where)
 
     def zero_ok(self, name: str) -> bool:
         """0 is a value input `name` may take (an index range from 0, a set holding 0)."""
@@ -88,11 +90,15 @@ class InputPlan:
             return ("range", how[1], max(1, sizes.get(how[2], 1)))
         return how
 
-    def request(self, batch: int | None = None) -> dict[str, dict]:
+    def request(self, batch: int | None = None, length: int = REQUEST_LENGTH) -> dict[str, dict]:
         """Each input's shape at the plan's sizes (the axis-0 symbols at `batch`) and how its values
         are drawn, as JSON: what a client that has only the served config needs to send a request
-        the model accepts ("values": ["range", lo, hi] | ["choice", [v, ...]] | [float draw])."""
+        the model accepts ("values": ["range", lo, hi] | ["choice", [v, ...]] | [float draw]).
+        "free" lists the axes a client may size: a free symbol's, where the shape contracts hold
+        with it at `length` (a recognizer whose height must come to 1 after its strides is not
+        free, though no op ties it to one size)."""
         sizes = self.sizes_at(batch=batch)
+        free = {s for s in self.free if _holds(self._requires, {**sizes, s: length})}
         out = {}
         for name, dims in self.shapes.items():
             how = self.values_at(name, sizes)
@@ -104,7 +110,7 @@ class InputPlan:
                 values = [self.floats]
             out[name] = {"shape": [d if isinstance(d, int) else sizes.get(d, 1) for d in dims], "values": values,
                          # axes of a free symbol (a length, an image side; not the batch): a client may size them
-                         "free": [a for a, d in enumerate(dims) if a and isinstance(d, str) and d in self.free]}
+                         "free": [a for a, d in enumerate(dims) if a and isinstance(d, str) and d in free]}
         return out
 
     def to_dict(self) -> dict:
@@ -165,6 +171,7 @@ def plan(model: Model, dims: dict[str, int] | None = None, *, fold: bool = True,
                          + "; ".join(f"{str(a)} {op} {str(b)} ({w})" for a, op, b, w in requires[:3])
                          + "; give sizes with --dims")
     p.sizes = dict(p._order[0])
+    p._requires = requires
     for v in interface(model):
         p._values[v.name], p.domains[v.name] = _domain(v, inf.shapes, set(symbols))
     p.shapes = shapes

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UsageError
+from .inputs import REQUEST_LENGTH  # a free dim of the measured request (bench's default length) ...
 
 RUNTIMES = ("auto", "onnxruntime", "openvino")
 PRECISIONS = ("auto", "f32", "bf16")
@@ -44,7 +45,6 @@ JUDGE_SAMPLES = 8         # other samples the winner is judged on
 SELECT_SEED, JUDGE_SEED = 11, 1009   # disjoint draws: the judge never sees a selection sample
 CHECK_SEED = 4099         # the judge's samples at the checks' sizes (verify draws its own with accuracy.JUDGE_SEED)
 MIN_ROUNDS, MAX_ROUNDS = 5, 200
-REQUEST_LENGTH = 128      # a free dim of the measured request (bench's default request length) ...
 IMAGE_SIDE = 224          # ... and an image's free side (a float input [N, C, H, W] with C of 1, 3 or 4)
 ATOL = 1e-4               # an output within this of the reference everywhere is equal (any cosine)
 # Budgets against onnxruntime fp32: a lower precision, and another engine at the same precision.

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from mcp_compiler.errors import McpError, ServerError, UsageError
+from mcp_compiler.inputs import REQUEST_LENGTH
 
 from .client import Connection, aio_client, server_error
 from .deploy import smoke_inputs
@@ -34,7 +35,7 @@ LOAD_TIMEOUT_S = 180.0
 
 class BenchFailedError(ServerError):
     """Every request of every load point failed: nothing was measured (the table still shows it)."""
-DEFAULT_LENGTH = 128   # a free dim of a request: a realistic sequence length, not the smallest
+DEFAULT_LENGTH = REQUEST_LENGTH   # a free dim of a request: a realistic sequence length, not the smallest
 
 
 @dataclass

@@ -377,3 +377,35 @@ def test_the_config_records_a_request_the_model_accepts_and_bench_url_sends_it(t
     assert 0 <= feeds["ids"].min() and feeds["ids"].max() <= 1 and "the request the entry records" in notes[0]
     feeds, _ = _remote_feeds(cfg, None, 1, {"*": 5}, 128)   # --dims: the config's -1 dims as before
     assert feeds["ids"].shape == (1, 5)
+
+
+def test_an_axis_the_shape_contracts_bound_is_not_free_in_the_recorded_request(tmp_path):
+    """A text recognizer's height must come to 1 after its strides (PP-OCRv4 rec: 33..80), though
+    no op ties it to one size: bench --url sent it at 128 and every request failed. The recorded
+    request marks free only the axes whose contracts hold at the request length."""
+    import numpy as np
+
+    from mcp_compiler.targets.triton.bench import _remote_feeds
+    from mcp_compiler.targets.triton.entry import read_config
+    from mcp_compiler.targets.triton.runtime import params as P
+
+    one = helper.make_tensor("one", TensorProto.FLOAT, [1, 1, 1, 1], [1.0])
+    nodes = [helper.make_node("AveragePool", ["x"], ["p"], kernel_shape=[3, 1], strides=[16, 1]),
+             helper.make_node("Expand", ["one", "s"], ["o"]),
+             helper.make_node("Concat", ["p", "o"], ["y"], axis=3)]
+    shape = helper.make_tensor("s", TensorProto.INT64, [4], [1, 1, 1, 1])
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "H", "W"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 1, "W1"])], [one, shape])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    r = runner.invoke(app, ["convert", str(tmp_path / "m.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
+                            "--name", "rec"])
+    assert r.exit_code == 0, r.output
+    cfg = read_config(tmp_path / "repo" / "rec")
+    request = P.of_config(cfg).request
+    assert request["x"]["free"] == [3], request   # W is free; H is held to 3..18 by the pool and the Concat
+    feeds, _ = _remote_feeds(cfg, None, 1, {}, 128)
+    h = feeds["x"].shape[2]
+    assert feeds["x"].shape[3] == 128 and (h - 3) // 16 + 1 == 1, feeds["x"].shape
+    assert np.isfinite(feeds["x"]).all()
