@@ -25,7 +25,7 @@ from mcp_compiler.errors import McpError, ServerError, UsageError
 from mcp_compiler.inputs import REQUEST_LENGTH
 
 from .client import Connection, aio_client, server_error
-from .deploy import smoke_inputs
+from .deploy import smoke_inputs, wire_feeds
 from .entry import Entry
 from .loadgen import Load, Point, measure
 from .runtime import params as P
@@ -196,7 +196,8 @@ def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int, d
     recorded = P.of_config(cfg).request if P.REQUEST in cfg.parameters else {}
     if recorded and not dims and set(recorded) == set(types):
         free = f", its free axes at {length}" if any(spec.get("free") for spec in recorded.values()) else ""
-        return _batched(_recorded_feeds(recorded, types, length), cfg, batch_size), [
+        # as the model takes them -> as Triton takes them (a batch-only [N] value travels as [N, 1])
+        return _batched(wire_feeds(cfg, _recorded_feeds(recorded, types, length)), cfg, batch_size), [
             f"inputs from the server's config: the request the entry records (its value domains and sizes{free}); "
             "--dims or --inputs for another"]
     known = {f"{i.name}.{a + batched}" for i in cfg.input for a, d in enumerate(i.dims) if d < 0} | {"*"}

@@ -299,6 +299,11 @@ def test_a_batch_only_value_travels_as_batch_by_one(tmp_path):
     assert not by_name["x"].HasField("reshape")
     feeds = smoke_inputs(Entry.read(tmp_path / "repo" / "m"))
     assert feeds["lengths"].shape == (1, 1) and feeds["x"].shape == (1, 4)
+    # and so is bench NAME --url's request, from the server's config alone (it sent [1]: every request failed)
+    from mcp_compiler.targets.triton.bench import _remote_feeds
+
+    feeds, _ = _remote_feeds(cfg, None, 3, {}, 128)
+    assert feeds["lengths"].shape == (3, 1) and feeds["x"].shape == (3, 4)
 
 
 def test_the_runtimes_parameters_have_one_home():
