@@ -133,24 +133,30 @@ def test_the_winner_is_judged_on_samples_the_choice_never_saw(model):
     assert len(sizes) == 2
 
 
-def test_a_winner_outside_its_budget_on_the_judging_samples_falls_back(model, monkeypatch):
-    clock = Clock()
-    costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.004, "openvino/bf16": 0.010}
+def _drifting(base, key: str, wrong):
+    """`base`, with candidate `key` right on the samples that chose (the first ones it sees) and
+    `wrong(outputs)` on every other."""
     chose: set = set()
-    base = _loader(clock, costs)
 
     def load(c):
         run = base(c)
-        if c.key != "openvino/f32":
+        if c.key != key:
             return run
 
-        def drifting(feeds):   # right on the samples that chose (the first ones it sees), wrong on others
-            key = feeds["x"].tobytes()
+        def drifting(feeds):
+            seen = feeds["x"].tobytes()
             if len(chose) < P.SELECT_SAMPLES:
-                chose.add(key)
+                chose.add(seen)
             out = run(feeds)
-            return out if key in chose else [o + 1.0 for o in out]
+            return out if seen in chose else wrong(out)
         return drifting
+    return load
+
+
+def test_a_winner_outside_its_budget_on_the_judging_samples_falls_back(model):
+    clock = Clock()
+    costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.004, "openvino/bf16": 0.010}
+    load = _drifting(_loader(clock, costs), "openvino/f32", lambda out: [o + 1.0 for o in out])
     p = P.choose(model, load, m=AMX, clock=clock, seconds=1.0)
     by = {c.key: c for c in p.candidates}
     assert p.chosen.key == "onnxruntime/f32" and "judging samples" in by["openvino/f32"].dropped
@@ -159,20 +165,7 @@ def test_a_winner_outside_its_budget_on_the_judging_samples_falls_back(model, mo
 def test_a_faster_one_that_misses_on_the_judging_samples_gives_way_to_the_next(model):
     clock = Clock()
     costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.006, "openvino/bf16": 0.003}
-    chose: set = set()
-    base = _loader(clock, costs)
-
-    def load(c):
-        run = base(c)
-        if c.key != "openvino/bf16":
-            return run
-
-        def drifting(feeds):   # right on the selection samples only
-            key = feeds["x"].tobytes()
-            if len(chose) < P.SELECT_SAMPLES:
-                chose.add(key)
-            return run(feeds) if key in chose else [o * 1.2 for o in run(feeds)]
-        return drifting
+    load = _drifting(_loader(clock, costs), "openvino/bf16", lambda out: [o * 1.2 for o in out])
     p = P.choose(model, load, m=AMX, clock=clock, seconds=1.0)
     by = {c.key: c for c in p.candidates}
     assert p.chosen.key == "openvino/f32" and by["openvino/f32"].judged == {"cos": 1.0, "rel": 0.0, "max_abs": 0.0}

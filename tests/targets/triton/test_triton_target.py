@@ -355,26 +355,30 @@ def test_verify_warns_when_a_declared_output_shape_is_not_what_the_model_returns
     assert r.exit_code == 0 and "warning: output 'y'" in r.output, r.output
 
 
+def _entry_config(tmp_path, graph, name: str) -> mc.ModelConfig:
+    """`graph` (opset 17) converted to tmp_path/repo/NAME; its config."""
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    r = runner.invoke(app, ["convert", str(tmp_path / "m.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
+                            "--name", name])
+    assert r.exit_code == 0, r.output
+    return _config(tmp_path / "repo" / name)
+
+
 def test_the_config_records_a_request_the_model_accepts_and_bench_url_sends_it(tmp_path):
     """A client with only the server's config (bench NAME --url) guessed integers in [0, 3): an
     index into a 2-row table was out of range. The entry records the request its checks send."""
     import numpy as np
 
     from mcp_compiler.targets.triton.bench import _remote_feeds
-    from mcp_compiler.targets.triton.entry import read_config
     from mcp_compiler.targets.triton.runtime import params as P
 
     table = helper.make_tensor("table", TensorProto.FLOAT, [2, 4], np.arange(8, dtype=np.float32).tolist())
     g = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)], "g",
                           [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", "T"])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "T", 4])], [table])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, tmp_path / "m.onnx")
-    r = runner.invoke(app, ["convert", str(tmp_path / "m.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
-                            "--name", "emb"])
-    assert r.exit_code == 0, r.output
-    cfg = read_config(tmp_path / "repo" / "emb")
+    cfg = _entry_config(tmp_path, g, "emb")
     request = P.of_config(cfg).request
     assert request["ids"]["values"] == ["range", 0, 2] and request["ids"]["shape"][0] == 1, request
     feeds, notes = _remote_feeds(cfg, None, 4, {}, 128)
@@ -391,7 +395,6 @@ def test_an_axis_the_shape_contracts_bound_is_not_free_in_the_recorded_request(t
     import numpy as np
 
     from mcp_compiler.targets.triton.bench import _remote_feeds
-    from mcp_compiler.targets.triton.entry import read_config
     from mcp_compiler.targets.triton.runtime import params as P
 
     one = helper.make_tensor("one", TensorProto.FLOAT, [1, 1, 1, 1], [1.0])
@@ -401,13 +404,7 @@ def test_an_axis_the_shape_contracts_bound_is_not_free_in_the_recorded_request(t
     shape = helper.make_tensor("s", TensorProto.INT64, [4], [1, 1, 1, 1])
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "H", "W"])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 1, "W1"])], [one, shape])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, tmp_path / "m.onnx")
-    r = runner.invoke(app, ["convert", str(tmp_path / "m.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
-                            "--name", "rec"])
-    assert r.exit_code == 0, r.output
-    cfg = read_config(tmp_path / "repo" / "rec")
+    cfg = _entry_config(tmp_path, g, "rec")
     request = P.of_config(cfg).request
     assert request["x"]["free"] == [3], request   # W is free; H is held to 3..18 by the pool and the Concat
     feeds, _ = _remote_feeds(cfg, None, 1, {}, 128)
