@@ -75,6 +75,7 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     report = VerifyReport(str(model_dir), backend, samples or (SAMPLES if judged else 1), dict(dims or {}), rtol, atol)
     report.quantization_level = level
     report.budget = dict(judged)
+    report.atol_equal = budget is None and level == "none" and execution != ("onnxruntime", "f32")
     # the interface's layout contract: NHWC values are the NCHW original's, transposed
     report.layouts = json.loads(cfg.parameters[P.LAYOUTS].string_value) if P.LAYOUTS in cfg.parameters else {}
     dequantize = (P.DEQUANTIZE_AT_LOAD in cfg.parameters

@@ -66,19 +66,20 @@ def test_already_compressed_weights_are_named(tmp_path):
         assert any(says in w for w in out["warnings"]) and not any("not a constant" in w for w in out["warnings"])
 
 
-def test_a_budget_counts_outputs_within_atol_as_equal_whatever_their_cosine():
+def test_an_engines_budget_counts_outputs_within_atol_as_equal_whatever_their_cosine():
     """A detector's map at a small size holds probabilities of 1e-7: another engine differs there by
-    9e-8 and the cosine says 0.53. Within atol everywhere is equal (as the runtime profile counts
-    it); past atol, the budget judges."""
+    9e-8 and the cosine says 0.53. For an engine or precision change, within atol everywhere is equal
+    (as the runtime profile counts it); past atol, or for a quantization, the budget judges."""
     from mcp_compiler.reference import VerifyReport, _compare_all
 
     want = np.array([[1e-7, 2e-7, 1.5e-7]], np.float32)
     tiny = np.array([[2e-7, 0.5e-7, 1.5e-7]], np.float32)       # cosine ~0.7, max abs 1.5e-7
-    report = VerifyReport("r", "python", 1, {}, 1e-3, 1e-4)
-    report.budget = {"cos": 0.999, "rel": 0.05}
-    _compare_all(report, lambda feeds: [tiny], [{"x": np.zeros(1)}], ["y"], [[want]])
-    assert report.outputs[0].ok and report.outputs[0].cosine < 0.9
-    report = VerifyReport("r", "python", 1, {}, 1e-3, 1e-4)
-    report.budget = {"cos": 0.999, "rel": 0.05}
-    _compare_all(report, lambda feeds: [tiny * 1e4], [{"x": np.zeros(1)}], ["y"], [[want * 1e4]])
-    assert not report.outputs[0].ok   # the same disagreement at a size atol does not cover
+
+    def judged(got, ref, engine=True):
+        report = VerifyReport("r", "python", 1, {}, 1e-3, 1e-4)
+        report.budget, report.atol_equal = {"cos": 0.999, "rel": 0.05}, engine
+        _compare_all(report, lambda feeds: [got], [{"x": np.zeros(1)}], ["y"], [[ref]])
+        return report.outputs[0]
+    assert judged(tiny, want).ok and judged(tiny, want).cosine < 0.9
+    assert not judged(tiny * 1e4, want * 1e4).ok   # the same disagreement at a size atol does not cover
+    assert not judged(tiny, want, engine=False).ok   # a quantization's budget judges even tiny outputs
