@@ -7,10 +7,15 @@ import enum
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from mcp_compiler.errors import McpError
 from mcp_compiler.ir import Graph, Model
+
+if TYPE_CHECKING:
+    from mcp_compiler.targets.base import Target
+
+    from .quantize.options import QuantizeOptions
 
 
 def _ir_log():  # noqa: ANN202 - logging.Logger (logging is imported when something is printed)
@@ -76,9 +81,9 @@ class PassContext:
 
     verify_each: bool = False
     disabled: set[str] = field(default_factory=set)
-    target: Any = None
+    target: Target | None = None     # what legalization and the target-legal property ask
     fold_size_limit: int | None = None   # bytes a folded tensor may reach (None: no net growth of the weights)
-    quantize: Any = None             # passes.quantize.QuantizeOptions for the quantize-* passes
+    quantize: QuantizeOptions | None = None   # for the quantize-* passes, validated once here
     calibration: list[dict] | None = None   # input samples (name -> array) for activation ranges
     budget: dict[str, float] | None = None   # --accuracy-budget for the quantize passes' layer selection
     samples: list[dict] | None = None       # the inputs that selection measures on
@@ -86,6 +91,10 @@ class PassContext:
     print_ir_after: set[str] = field(default_factory=set)   # pass names (or "all"): IR to the log
     explain: set[str] = field(default_factory=set)          # rule passes that list why sites did not fire
     time_passes: bool = False        # --time-passes: each pass's time, slowest first, after the pipeline
+
+    def __post_init__(self) -> None:
+        if self.quantize is not None:
+            self.quantize.validate()   # a bad option is one UsageError before any pass runs
 
 
 class Pass(abc.ABC):

@@ -35,7 +35,7 @@ class QuantizeFp8Pass(Pass):
     preserves = frozenset({Property.NO_CONSTANT_NODES, Property.LAYOUT_NHWC})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        opts = (ctx.quantize or QuantizeOptions(mode="fp8")).validate()
+        opts = ctx.quantize or QuantizeOptions(mode="fp8")
         opset = model.onnx_opset
         if opset < MIN_OPSET:
             raise ValueError(f"float8 DequantizeLinear needs ai.onnx opset >= {MIN_OPSET}, the model "

@@ -48,7 +48,7 @@ class QuantizeHalfPass(Pass):
     preserves = frozenset({Property.NO_CONSTANT_NODES, Property.LAYOUT_NHWC})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        opts = (ctx.quantize or QuantizeOptions(mode="fp16")).validate()
+        opts = ctx.quantize or QuantizeOptions(mode="fp16")
         np_type, dtype, limit = HALF[opts.mode]
         g = model.graph
         decisions = W.Decisions()

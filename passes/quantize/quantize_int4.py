@@ -40,7 +40,7 @@ class QuantizeInt4Pass(Pass):
     preserves = frozenset({Property.NO_CONSTANT_NODES, Property.LAYOUT_NHWC})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        opts = (ctx.quantize or QuantizeOptions(mode="int4")).validate()
+        opts = ctx.quantize or QuantizeOptions(mode="int4")
         g = model.graph
         decisions = W.Decisions()
         namer = W.Namer(model)
