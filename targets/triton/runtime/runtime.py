@@ -179,24 +179,41 @@ class MCPIRModel:
         if cache_dir:
             config["CACHE_DIR"] = str(cache_dir)
         self._ov_config = config
+        compiled = None
         try:
             if saved is not None:
+                # saved (published) only after it compiled here: the load's check was passed then
                 self._ov_model, self.ov_rewrites = core.read_model(saved), None
             else:
-                self._ov_model = core.read_model(proto)
-                self.ov_rewrites = _ov_jit_ops(self._ov_model)
-                if save is not None and _ov_save(ov, self._ov_model, save):
+                model = core.read_model(proto)
+                self.ov_rewrites = _ov_jit_ops(model)
+                staged = _ov_stage(ov, model, save) if save is not None else None
+                if staged is not None:
                     # compiled from the model as saved: a later load, reading it, finds this compile in CACHE_DIR
-                    self._ov_model = core.read_model(save)
-            compiled = core.compile_model(self._ov_model, "CPU", config)   # any shape: the load's check
+                    model = core.read_model(staged)
+                compiled = core.compile_model(model, "CPU", config)   # any shape: the load's check
+                if staged is not None:
+                    _ov_publish(staged, save)
+                self._ov_model = model
+            dynamic = [i.get_any_name() for i in self._ov_model.inputs if i.get_partial_shape().is_dynamic]
+            if compiled is None and not dynamic:   # static shapes: the one compile there is (from the cache)
+                compiled = core.compile_model(self._ov_model, "CPU", config)
         except Exception as e:  # noqa: BLE001 - OpenVINO's conversion and compile errors
             raise MCPIRError(f"{self.path}: the model does not compile in OpenVINO: {_first(e)}") from None
         self.session = None
-        self._dynamic = compiled.create_infer_request()
+        # The model compiled for any shape; for a saved model with free dims, compiled when first
+        # needed (each shape gets its own compile: the any-shape one serves past OV_SHAPES only)
+        self._any_shape = compiled.create_infer_request() if compiled is not None else None
         self._by_shape: dict = {}
-        self.input_names = [i.get_any_name() for i in compiled.inputs]
-        self.output_names = [o.get_any_name() for o in compiled.outputs]
-        self._ov_dynamic_inputs = [i.get_any_name() for i in self._ov_model.inputs if i.get_partial_shape().is_dynamic]
+        self.input_names = [i.get_any_name() for i in self._ov_model.inputs]
+        self.output_names = [o.get_any_name() for o in self._ov_model.outputs]
+        self._ov_dynamic_inputs = dynamic
+
+    @property
+    def _dynamic(self):  # noqa: ANN202 - an openvino InferRequest for any shape
+        if self._any_shape is None:
+            self._any_shape = self._ov_core.compile_model(self._ov_model, "CPU", self._ov_config).create_infer_request()
+        return self._any_shape
 
     def _ov_request(self, feeds: dict[str, np.ndarray]):  # noqa: ANN202 - an openvino InferRequest
         if not self._ov_dynamic_inputs:
@@ -262,23 +279,35 @@ def _ov_saved(cache_dir: str, path: Path) -> str:
     return os.path.join(cache_dir, f"model-{hashlib.sha256(key.encode()).hexdigest()[:16]}.xml")
 
 
-def _ov_save(ov, model, xml: str) -> bool:  # noqa: ANN001 - the openvino module, an openvino.Model
-    """Save `model` as `xml` (+ its .bin), whole or not at all (the .bin is in place before the
-    .xml a later load looks for); False where it could not be written (a cache: the next load
-    only takes longer)."""
+def _ov_stage(ov, model, xml: str) -> str | None:  # noqa: ANN001 - the openvino module, an openvino.Model
+    """`model` saved beside `xml` under a name of this process (xml + bin), to be published as
+    `xml` once it compiled; None where it could not be written (a cache: the next load only
+    takes longer)."""
     tmp = f"{xml[:-4]}.tmp{os.getpid()}.xml"
     try:
         ov.save_model(model, tmp, compress_to_fp16=False)
+        return tmp
+    except (OSError, RuntimeError):
+        _unlink(tmp, tmp[:-4] + ".bin")
+        return None
+
+
+def _ov_publish(tmp: str, xml: str) -> None:
+    """The staged model as `xml`, whole or not at all: its .bin is in place before the .xml a
+    later load looks for."""
+    try:
         os.replace(tmp[:-4] + ".bin", xml[:-4] + ".bin")
         os.replace(tmp, xml)
-        return True
-    except (OSError, RuntimeError):
-        for p in (tmp, tmp[:-4] + ".bin"):
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-        return False
+    except OSError:
+        _unlink(tmp, tmp[:-4] + ".bin")
+
+
+def _unlink(*paths: str) -> None:
+    for p in paths:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
 
 
 def _ov_jit_ops(model) -> int:  # noqa: ANN001 - an openvino.Model, changed in place
