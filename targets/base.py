@@ -15,13 +15,20 @@ if TYPE_CHECKING:   # the IR is not imported by `mcp-cli targets`
 
 
 @dataclass
+class TargetParams:
+    """A target's own typed options, as `Target.options_from` parses and validates them once
+    (each target has its subclass: the Triton target's ServingParams, the ONNX output's
+    OnnxFileParams)."""
+
+
+@dataclass
 class TargetOptions:
     """Per-conversion options a target reads: its own parsed settings (`params`, from
     `Target.options_from`) and what the compiler decides (name, quantization)."""
 
     name: str | None = None
     force: bool = False
-    params: Any = None               # the target's own typed options (Target.options_from)
+    params: TargetParams | None = None   # the target's own typed options (Target.options_from)
     quantization: str = "none"       # what the pipeline quantized to (one source: CompileOptions)
     budget: dict[str, float] | None = None   # --accuracy-budget a quantized entry was built with (recorded)
     load_check: bool = True          # the target's runtime loads the staged artifacts first
@@ -48,7 +55,7 @@ class ParsedOptions:
     """What `Target.options_from` returns: the target's typed settings (nothing flows back to
     the compiler: its own build-file keys never reach the target)."""
 
-    params: Any
+    params: TargetParams | None
 
 
 @dataclass(frozen=True)

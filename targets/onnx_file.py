@@ -11,10 +11,16 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .base import EmitResult, ParsedOptions, Target, TargetOptions
+from .base import EmitResult, ParsedOptions, Target, TargetOptions, TargetParams
+
+
+@dataclass
+class OnnxFileParams(TargetParams):
+    external_data: bool = False   # --external-data: weights beside the model file even under 2 GB
 
 
 class OnnxTarget(Target):
@@ -55,7 +61,7 @@ class OnnxTarget(Target):
             flag = "--" + unknown[0].replace("_", "-")
             raise UsageError(f"{flag if unknown[0] in flags else f'{source}: {unknown[0]}'} is not a setting of "
                              "the ONNX output (it has --external-data)")
-        return ParsedOptions({"external_data": bool(given.get("external_data", False))})
+        return ParsedOptions(OnnxFileParams(external_data=bool(given.get("external_data", False))))
 
     def emit(self, model, out: Path, options: TargetOptions) -> EmitResult:  # noqa: ANN001 - ir.Model
         """Write `out` (and `out.data` with external data) through a temp name in the same folder."""
@@ -66,7 +72,7 @@ class OnnxTarget(Target):
         out = Path(out)
         if out.exists() and not options.force:
             raise OutputExistsError(f"{out} exists; pass --force to replace it")
-        external = (options.params or {}).get("external_data") or None
+        external = isinstance(options.params, OnnxFileParams) and options.params.external_data or None
         tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), dir=out.parent))
         try:
             names = write_onnx(model, tmp / out.name, external=external)

@@ -7,11 +7,13 @@ from typing import Any, Callable
 
 from mcp_compiler.errors import UsageError
 
+from ..base import TargetParams
+
 INT32_MAX = 2**31 - 1
 
 
 @dataclass
-class ServingParams:
+class ServingParams(TargetParams):
     """What config.pbtxt says beyond the model's contract. None = not set (Triton's default)."""
 
     backend: str = "python"                  # python (MCP-IR + the bundled runtime) | onnxruntime | openvino
