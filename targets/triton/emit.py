@@ -169,8 +169,10 @@ def _choose_execution(model: Model, vdir: Path, cfg, params: ServingParams, warn
         cfg.parameters[P.EXECUTION].string_value = c.runtime
         cfg.parameters[P.PRECISION].string_value = c.precision
         cfg.parameters[P.BUDGET].string_value = json.dumps(c.budget, sort_keys=True)
+    judged = any(x.judged is not None for x in p.candidates)   # nothing is judged where onnxruntime stays
     warnings.append(Note(f"--runtime {params.runtime}: {c.key} chosen ({_why(p)}; {p.rounds} paired rounds in "
-                         f"{p.seconds:.1f} s, judged on {p.judge_samples} samples the choice never saw)"))
+                         f"{p.seconds:.1f} s" + (f", judged on {p.judge_samples} samples the choice never saw)"
+                                                 if judged else ")")))
     return p.to_dict()
 
 
