@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,7 +112,8 @@ def served(target: str | os.PathLike | Entry, conn: Connection | None, *, batch_
         feeds = _batched(smoke_inputs(entry, inputs, dims=dims, length=length, notes=notes), cfg, batch_size)
     else:
         cfg = remote_config(conn, name)
-        feeds, notes = _remote_feeds(cfg, inputs, batch_size, dims or {}, length or DEFAULT_LENGTH)
+        accepts = None if cfg.HasField("sequence_batching") else (lambda f: _accepted(conn, name, f))
+        feeds, notes = _remote_feeds(cfg, inputs, batch_size, dims or {}, length or DEFAULT_LENGTH, accepts)
     yield Served(conn, cfg.name or name, cfg, feeds, notes=notes)
 
 
@@ -179,8 +180,11 @@ def _batched(feeds: dict[str, np.ndarray], cfg: Any, batch_size: int) -> dict[st
 
 
 def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int, dims: dict[str, int],
-                  length: int) -> tuple[dict, list[str]]:
-    """A request from the server's config alone: each -1 dim at `length`, but axis 0 of a
+                  length: int, accepts: Callable[[dict], bool] | None = None) -> tuple[dict, list[str]]:
+    """A request from the server's config alone: the request the entry records (mcp_request), its
+    free axes at `length` -- or, where `accepts` (one request to the server) says the server
+    refuses that, at the first of RETRY_LENGTHS it takes (a length the model's contracts hide:
+    silero_vad's window inside an If). With no recorded request: each -1 dim at `length`, but axis 0 of a
     multi-dim input of a config without batching at 1 (that axis is the batch Triton could not
     take over) (`--dims INPUT.AXIS=N` sets one, the axis as the model sees it, batch at 0;
     `--dims '*=N'` every -1 dim), floats from N(0, 1), integers from [0, 3) (valid token ids and
@@ -195,11 +199,19 @@ def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int, d
         return _npz_for(inputs, types), []
     recorded = P.of_config(cfg).request if P.REQUEST in cfg.parameters else {}
     if recorded and not dims and set(recorded) == set(types):
-        free = f", its free axes at {length}" if any(spec.get("free") for spec in recorded.values()) else ""
-        # as the model takes them -> as Triton takes them (a batch-only [N] value travels as [N, 1])
-        return _batched(wire_feeds(cfg, _recorded_feeds(recorded, types, length)), cfg, batch_size), [
-            f"inputs from the server's config: the request the entry records (its value domains and sizes{free}); "
-            "--dims or --inputs for another"]
+        has_free = any(spec.get("free") for spec in recorded.values())
+        tried = [length, *(n for n in RETRY_LENGTHS if n != length)] if has_free and accepts else [length]
+        for n in tried:
+            # as the model takes them -> as Triton takes them (a batch-only [N] value travels as [N, 1])
+            feeds = _batched(wire_feeds(cfg, _recorded_feeds(recorded, types, n)), cfg, batch_size)
+            if len(tried) == 1 or accepts(feeds):
+                break
+        else:
+            n, feeds = length, _batched(wire_feeds(cfg, _recorded_feeds(recorded, types, length)), cfg, batch_size)
+        free = f", its free axes at {n}" if has_free else ""
+        refused = f" (the server refused {length})" if n != length else ""
+        return feeds, [f"inputs from the server's config: the request the entry records (its value domains and "
+                       f"sizes{free}{refused}); --dims or --inputs for another"]
     known = {f"{i.name}.{a + batched}" for i in cfg.input for a, d in enumerate(i.dims) if d < 0} | {"*"}
     unknown = sorted(set(dims) - known)
     if unknown:
@@ -223,6 +235,27 @@ def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int, d
             + (f"; -1 dims: {', '.join(chosen)}" if chosen else "") + "): give DIR/NAME, --dims or --inputs "
             "for requests the model is known to accept")
     return _batched(feeds, cfg, batch_size), [note]
+
+
+# Lengths tried for a recorded request's free axes when the server refuses the first one.
+RETRY_LENGTHS = (256, 512, 1024, 64, 32, 2048)
+
+
+def _accepted(conn: Connection, name: str, feeds: dict) -> bool:
+    """Whether the server runs one request of `feeds` on model `name` (a refused shape, or a
+    model error at that size, is False; a server that cannot be reached is its own error)."""
+    from mcp_compiler.errors import ServerAuthError, ServerUnreachableError
+
+    from .client import call, client, sync_inputs
+
+    c = client(conn)
+    try:
+        call(conn, f"a request to {name}", c.infer, name, sync_inputs(conn, feeds), headers=conn.headers())
+        return True
+    except (ServerUnreachableError, ServerAuthError):
+        raise
+    except ServerError:
+        return False
 
 
 def _recorded_feeds(recorded: dict, types: dict[str, Any], length: int) -> dict[str, np.ndarray]:

@@ -192,6 +192,19 @@ def call(conn: Connection, doing: str, fn, *args, **kw):  # noqa: ANN001, ANN201
         raise server_error(conn, e, doing) from None
 
 
+def sync_inputs(conn: Connection, feeds: dict) -> list:
+    """tritonclient InferInputs (of the sync client of `conn`'s protocol) carrying `feeds`."""
+    from tritonclient.utils import np_to_triton_dtype
+
+    mod = __import__("tritonclient.grpc" if conn.protocol == "grpc" else "tritonclient.http", fromlist=["x"])
+    inputs = []
+    for k, v in feeds.items():
+        t = mod.InferInput(k, list(v.shape), np_to_triton_dtype(v.dtype))
+        t.set_data_from_numpy(v)
+        inputs.append(t)
+    return inputs
+
+
 def aio_client(conn: Connection):  # noqa: ANN201 - tritonclient.grpc.aio.InferenceServerClient
     import tritonclient.grpc.aio as aio
 

@@ -388,6 +388,30 @@ def test_the_config_records_a_request_the_model_accepts_and_bench_url_sends_it(t
     assert feeds["ids"].shape == (1, 5)
 
 
+def test_a_length_the_server_refuses_is_retried_at_others(tmp_path):
+    """silero_vad's window needs 256 samples inside an If on the sample rate: no static contract
+    says so, and every request at the default 128 failed. bench --url tries the recorded request
+    once; refused, it tries other lengths and says which one it measures at."""
+    from mcp_compiler.targets.triton.bench import RETRY_LENGTHS, _remote_feeds
+
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "T"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "T"])])
+    cfg = _entry_config(tmp_path, g, "vad")
+    asked = []
+
+    def accepts(feeds):
+        asked.append(feeds["x"].shape[1])
+        return feeds["x"].shape[1] >= 512
+    feeds, notes = _remote_feeds(cfg, None, 1, {}, 128, accepts)
+    assert feeds["x"].shape == (1, 512) and asked == [128, 256, 512]
+    assert "free axes at 512 (the server refused 128)" in notes[0]
+    asked.clear()
+    feeds, notes = _remote_feeds(cfg, None, 1, {}, 128, lambda f: asked.append(1) or False)
+    assert feeds["x"].shape == (1, 128) and len(asked) == 1 + len(RETRY_LENGTHS)   # none taken: as recorded
+    assert "refused" not in notes[0]
+
+
 def test_an_axis_the_shape_contracts_bound_is_not_free_in_the_recorded_request(tmp_path):
     """A text recognizer's height must come to 1 after its strides (PP-OCRv4 rec: 33..80), though
     no op ties it to one size: bench --url sent it at 128 and every request failed. The recorded
