@@ -29,8 +29,7 @@ from _results import table, write_section
 
 from mcp_compiler import profile as P
 from mcp_compiler.mcpir import read_mcpir
-from mcp_compiler.targets.triton.bench import aio_client, infer_inputs
-from mcp_compiler.targets.triton.client import Connection
+from mcp_compiler.targets.triton.client import Connection, aio_client, infer_inputs
 from mcp_compiler.targets.triton.deploy import wire_feeds
 from mcp_compiler.targets.triton.entry import read_config
 from mcp_compiler.targets.triton.serve import TritonServer

@@ -26,8 +26,8 @@ from bench_passes import encoder
 from bench_serving import make_mlp
 
 from mcp_compiler import CompileOptions, compile_model
-from mcp_compiler.targets.triton.bench import Served, aio_client, infer_inputs, measure_points
-from mcp_compiler.targets.triton.client import Connection
+from mcp_compiler.targets.triton.bench import Served, measure_points
+from mcp_compiler.targets.triton.client import Connection, aio_client, infer_inputs
 from mcp_compiler.targets.triton.loadgen import Load
 from mcp_compiler.targets.triton.serve import TritonServer
 from mcp_compiler.targets.triton.tune import describe, tune

@@ -24,7 +24,7 @@ import numpy as np
 from mcp_compiler.errors import McpError, ServerError, UsageError
 from mcp_compiler.inputs import REQUEST_LENGTH
 
-from .client import Connection, aio_client, server_error
+from .client import Connection, aio_client, infer_inputs, server_error
 from .deploy import smoke_inputs, wire_feeds
 from .entry import Entry
 from .loadgen import Load, Point, measure
@@ -246,11 +246,11 @@ def _accepted(conn: Connection, name: str, feeds: dict) -> bool:
     model error at that size, is False; a server that cannot be reached is its own error)."""
     from mcp_compiler.errors import ServerAuthError, ServerUnreachableError
 
-    from .client import call, client, sync_inputs
+    from .client import call, client
 
     c = client(conn)
     try:
-        call(conn, f"a request to {name}", c.infer, name, sync_inputs(conn, feeds), headers=conn.headers())
+        call(conn, f"a request to {name}", c.infer, name, infer_inputs(feeds, conn.protocol), headers=conn.headers())
         return True
     except (ServerUnreachableError, ServerAuthError):
         raise
@@ -295,18 +295,6 @@ def _npz_for(path: str | os.PathLike, types: dict[str, Any]) -> dict[str, np.nda
         if a.dtype != np.dtype(types[k]):
             raise UsageError(f"--inputs {files[0]}: array {k!r} is {a.dtype}, the input is {np.dtype(types[k])}")
     return arrays
-
-
-def infer_inputs(feeds: dict[str, np.ndarray]) -> list:
-    import tritonclient.grpc.aio as aio
-    from tritonclient.utils import np_to_triton_dtype
-
-    out = []
-    for k, v in feeds.items():
-        t = aio.InferInput(k, list(v.shape), np_to_triton_dtype(v.dtype))
-        t.set_data_from_numpy(v)
-        out.append(t)
-    return out
 
 
 def measure_points(s: Served, loads: list[Load], *, batch_size: int = 1, window_s: float = 2.0,

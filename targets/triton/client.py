@@ -192,11 +192,15 @@ def call(conn: Connection, doing: str, fn, *args, **kw):  # noqa: ANN001, ANN201
         raise server_error(conn, e, doing) from None
 
 
-def sync_inputs(conn: Connection, feeds: dict) -> list:
-    """tritonclient InferInputs (of the sync client of `conn`'s protocol) carrying `feeds`."""
+def infer_inputs(feeds: dict, kind: str = "aio") -> list:
+    """tritonclient InferInputs carrying `feeds`, for the client `kind`: "grpc" or "http" (the
+    sync clients: a Connection's protocol) or "aio" (bench's asyncio gRPC client)."""
+    import importlib
+
     from tritonclient.utils import np_to_triton_dtype
 
-    mod = __import__("tritonclient.grpc" if conn.protocol == "grpc" else "tritonclient.http", fromlist=["x"])
+    mod = importlib.import_module({"grpc": "tritonclient.grpc", "http": "tritonclient.http",
+                                   "aio": "tritonclient.grpc.aio"}[kind])
     inputs = []
     for k, v in feeds.items():
         t = mod.InferInput(k, list(v.shape), np_to_triton_dtype(v.dtype))

@@ -31,7 +31,7 @@ from mcp_compiler.errors import (
 )
 from mcp_compiler.names import check_name
 
-from .client import Connection, call, client, load_error, sync_inputs
+from .client import Connection, call, client, infer_inputs, load_error
 from .entry import FILES_LIMIT, Entry
 
 # One gRPC message carries at most entry.FILES_LIMIT. HTTP sends files base64-encoded in one JSON
@@ -340,7 +340,7 @@ def _local_model(entry: Entry):  # noqa: ANN202 - (IR model, feeds -> outputs)
 
 
 def _smoke(c, conn: Connection, cfg: Any, name: str, version: int, feeds: dict) -> float:  # noqa: ANN001
-    inputs = sync_inputs(conn, feeds)
+    inputs = infer_inputs(feeds, conn.protocol)
     t0 = time.perf_counter()
     if cfg.HasField("sequence_batching"):
         # a stateful model: a sequence of its own, SMOKE_STEPS requests (the state carried on the
