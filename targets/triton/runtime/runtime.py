@@ -179,7 +179,7 @@ class MCPIRModel:
         if cache_dir:
             config["CACHE_DIR"] = str(cache_dir)
         self._ov_config = config
-        compiled = None
+        compiled = staged = None
         try:
             if saved is not None:
                 # saved (published) only after it compiled here: the load's check was passed then
@@ -199,6 +199,8 @@ class MCPIRModel:
             if compiled is None and not dynamic:   # static shapes: the one compile there is (from the cache)
                 compiled = core.compile_model(self._ov_model, "CPU", config)
         except Exception as e:  # noqa: BLE001 - OpenVINO's conversion and compile errors
+            if staged is not None and compiled is None:   # never published: nothing of it stays
+                _unlink(staged, staged[:-4] + ".bin")
             raise MCPIRError(f"{self.path}: the model does not compile in OpenVINO: {_first(e)}") from None
         self.session = None
         # The model compiled for any shape; for a saved model with free dims, compiled when first
