@@ -17,9 +17,9 @@ runtime runs it (mcp_runtime.MCPIRModel on the entry's .mcpir), on inputs the mo
   interleaved); each round gives a candidate a ratio to onnxruntime's time in the same round. A
   candidate is faster only when its ratios' 90th percentile is under 1: a difference within the
   spread of the pairs is no difference, and ties keep onnxruntime;
-- the winner is judged again on samples the choice never saw (other random draws, at the
-  request's sizes and at the sizes `verify` checks at): outside its budget there, onnxruntime is
-  kept.
+- the fastest is judged again on samples the choice never saw (other random draws, at the
+  request's sizes and at the sizes `verify` checks at): outside its budget there, the next fastest
+  is judged, and so on down to onnxruntime.
 
 The profile is bounded by `seconds` (loading and compiling included); what it could not measure
 in time is dropped with that reason.
@@ -225,9 +225,9 @@ def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto
             c.dropped = f"does not load: {_first_line(e)}"
     if base.key not in runs:
         raise UsageError(f"the model does not load in onnxruntime: {base.dropped}")
-    p = _request_plan(model, dims or {}, runs[base.key], prof)
+    p, checks = _request_plan(model, dims or {}, runs[base.key], prof)
     select = [_request(model, p, SELECT_SEED + k) for k in range(SELECT_SAMPLES)]
-    judge = [_request(model, p, JUDGE_SEED + k) for k in range(JUDGE_SAMPLES)] + _check_samples(model, dims or {})
+    judge = [_request(model, p, JUDGE_SEED + k) for k in range(JUDGE_SAMPLES)] + _check_samples(model, checks)
     prof.select_samples, prof.judge_samples = len(select), len(judge)
     want = [runs[base.key](f) for f in select]
     for c in cands[1:]:
@@ -267,7 +267,7 @@ def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto
 def request(model, run: Callable, dims: dict[str, int] | None = None, seed: int = SELECT_SEED) -> dict:  # noqa: ANN001
     """One request as the profile measures it (batch 1, free sizes at their request sizes): what
     a benchmark sends to compare executions on the same footing."""
-    return _request(model, _request_plan(model, dims or {}, run, Profile({}, [])), seed)
+    return _request(model, _request_plan(model, dims or {}, run, Profile({}, []))[0], seed)
 
 
 def _request(model, p, seed: int) -> dict:  # noqa: ANN001 - an IR Model, an InputPlan
@@ -281,7 +281,8 @@ def _request(model, p, seed: int) -> dict:  # noqa: ANN001 - an IR Model, an Inp
 def _request_plan(model, dims: dict[str, int], run: Callable, prof: Profile):  # noqa: ANN001, ANN202
     """The request a served model gets, not the smallest one the checks use: batch 1, and the
     symbols no op ties to a size (an image side, a sequence length) at REQUEST_LENGTH where the
-    model accepts it (bench's default request)."""
+    model accepts it (bench's default request); and the checks' own plan (the sizes `verify`
+    checks at), which it starts from. Both InputPlans."""
     from .errors import McpError
     from .inputs import plan, probe
 
@@ -296,24 +297,23 @@ def _request_plan(model, dims: dict[str, int], run: Callable, prof: Profile):  #
             probe(model, q, run)
             prof.notes.append(f"measured at {', '.join(f'{k}={v}' for k, v in sizes.items())}, batch 1 "
                               "(--warmup-dims sets the request's sizes)")
-            return q
+            return q, p
         except McpError:
             pass
     probe(model, p, run)
-    return p
+    return p, p
 
 
-def _check_samples(model, dims: dict[str, int]) -> list[dict]:  # noqa: ANN001 - an IR Model
+def _check_samples(model, q) -> list[dict]:  # noqa: ANN001 - an IR Model, the checks' InputPlan
     """JUDGE_SAMPLES samples at the sizes `verify` checks an entry at (the checks' plan, not the
     request's), drawn with a seed of the profile's own: a precision that holds at the request's
     sizes and not at the checks' (ppocr_cls in bf16: cosine 0.9998 at 224x224, 0.9987 at the checks'
     small sides) would pass here and fail `verify` on fresh samples. [] where the checks' plan does
     not make samples (a size the model refuses: the request's samples judge alone)."""
     from .errors import McpError
-    from .inputs import make, plan
+    from .inputs import make
 
     try:
-        q = plan(model, dims, fold=False)
         rng = np.random.default_rng(CHECK_SEED)
         return [make(model, q, rng) for _ in range(JUDGE_SAMPLES)]
     except McpError:
