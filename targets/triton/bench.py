@@ -199,15 +199,14 @@ def _remote_feeds(cfg: Any, inputs: str | os.PathLike | None, batch_size: int, d
         return _npz_for(inputs, types), []
     recorded = P.of_config(cfg).request if P.REQUEST in cfg.parameters else {}
     if recorded and not dims and set(recorded) == set(types):
+        def at(n: int) -> dict:   # as the model takes them -> as Triton takes them ([N] as [N, 1])
+            return _batched(wire_feeds(cfg, _recorded_feeds(recorded, types, n)), cfg, batch_size)
+
         has_free = any(spec.get("free") for spec in recorded.values())
-        tried = [length, *(n for n in RETRY_LENGTHS if n != length)] if has_free and accepts else [length]
-        for n in tried:
-            # as the model takes them -> as Triton takes them (a batch-only [N] value travels as [N, 1])
-            feeds = _batched(wire_feeds(cfg, _recorded_feeds(recorded, types, n)), cfg, batch_size)
-            if len(tried) == 1 or accepts(feeds):
-                break
-        else:
-            n, feeds = length, _batched(wire_feeds(cfg, _recorded_feeds(recorded, types, length)), cfg, batch_size)
+        n = length
+        if has_free and accepts is not None and not accepts(at(length)):
+            n = next((m for m in RETRY_LENGTHS if m != length and accepts(at(m))), length)
+        feeds = at(n)
         free = f", its free axes at {n}" if has_free else ""
         refused = f" (the server refused {length})" if n != length else ""
         return feeds, [f"inputs from the server's config: the request the entry records (its value domains and "
