@@ -110,8 +110,10 @@ class Reporter:
         if self.json_mode:
             self.json(r.to_dict())
             return
+        verifying = set((r.verification or {}).get("warnings", ()))   # printed with the check below
         for w in r.warnings:
-            self.warning(w)
+            if w not in verifying:
+                self.warning(w)
         for n in r.notes:
             self.err.print(f"note: {n}", markup=False)
         secs = sum(r.seconds.values())

@@ -297,3 +297,50 @@ def test_quantize_that_changed_no_weight_makes_a_float_entry(tmp_path):
     v = r.verification
     assert v["ok"] and v["samples"] == 1 and not v["budget"] and v["quantization_level"] == "none"
     assert any("no weight was quantized" in w for w in r.warnings)
+
+
+# -- a knife-edge in the original: onnxruntime's own optimization levels disagree ---------------------
+
+def _knife_edge(path: Path, reciprocal: bool, table: list[float]) -> Path:
+    """floor(1 / x * y) indexes a table. onnxruntime's basic level fuses Div(1, x) -> Mul(y) into
+    y / x (DivMulFusion), so at x = y = 41 its default gives 1 and its disabled level 0 (float32's
+    1/41 * 41 is 0.99999994); the Reciprocal form is never fused: it gives 0 at every level."""
+    inv = h.make_node("Reciprocal", ["x"], ["inv"]) if reciprocal else h.make_node("Div", ["one", "x"], ["inv"])
+    return _save(path, [
+        inv, h.make_node("Mul", ["inv", "y"], ["q"]), h.make_node("Floor", ["q"], ["f"]),
+        h.make_node("Cast", ["f"], ["i"], to=T.INT64), h.make_node("Gather", ["table", "i"], ["out"])],
+        [h.make_tensor_value_info(n, T.FLOAT, [4]) for n in ("x", "y")],
+        [h.make_tensor_value_info("out", T.FLOAT, [4])],
+        [nh.from_array(np.array(1.0, np.float32), "one"), nh.from_array(np.array(table, np.float32), "table")])
+
+
+@pytest.mark.parametrize("table, passes", [([0.0, 100.0, 7.0], True), ([0.0, 0.0, 7.0], False)])
+def test_an_output_on_a_knife_edge_of_the_original_is_judged_against_each_onnxruntime_level(tmp_path, table, passes):
+    from mcp_compiler.reference import verify_onnx
+
+    original = _knife_edge(tmp_path / "a.onnx", reciprocal=False, table=[0.0, 100.0, 7.0])
+    # the emitted one computes what onnxruntime's disabled level computes; with a table of its own
+    # that differs there, it is simply wrong and fails whatever the levels say
+    emitted = _knife_edge(tmp_path / "b.onnx", reciprocal=True, table=table)
+    x = np.array([41.0, 47.0, 2.0, 3.0], np.float32)
+    np.savez(tmp_path / "s.npz", x=x, y=x * np.array([1, 1, 1, 2], np.float32))
+    report = verify_onnx(original, emitted, inputs=tmp_path / "s.npz")
+    assert report.ok is passes
+    if passes:
+        (spread,) = report.reference_spread
+        assert (spread["name"], spread["levels"], spread["max_abs"]) == ("out", ["disabled"], 100.0)
+        assert report.outputs[0].max_abs == 0.0
+        assert "disagree on the original" in report.warnings[0]
+    else:
+        assert not report.reference_spread and not report.warnings
+
+
+def test_an_entry_that_differs_where_onnxruntime_agrees_with_itself_still_fails(tmp_path):
+    from mcp_compiler.reference import verify_onnx
+
+    original = _knife_edge(tmp_path / "a.onnx", reciprocal=False, table=[0.0, 100.0, 7.0])
+    emitted = _knife_edge(tmp_path / "b.onnx", reciprocal=True, table=[0.0, 100.0, 8.0])
+    x = np.array([2.0, 3.0, 5.0, 7.0], np.float32)   # no knife-edge: every level gives 1 here
+    np.savez(tmp_path / "s.npz", x=x, y=2 * x)
+    report = verify_onnx(original, emitted, inputs=tmp_path / "s.npz")
+    assert not report.ok and not report.reference_spread
