@@ -324,3 +324,24 @@ def test_an_openvino_load_reads_the_model_an_earlier_load_saved(tmp_path):
     third = rt.MCPIRModel(vdir / "model.mcpir", engine="openvino", precision="f32", cache_dir=str(cache))
     assert third.ov_rewrites is not None
     np.testing.assert_array_equal(third.run({name: x})[0], first.run({name: x})[0])
+
+
+def test_an_openvino_entry_never_loads_onnxruntime(tmp_path):
+    """The served runtime imports onnxruntime only to build an onnxruntime session: an OpenVINO
+    entry's stub does not pay for it at its cold start."""
+    pytest.importorskip("openvino", reason="openvino not installed (pip install -e '.[openvino]')")
+    import subprocess
+    import sys
+
+    from mcp_compiler import CompileOptions, compile_model
+
+    compile_model(GOLDEN / "convnet" / "model.onnx", tmp_path / "repo", CompileOptions.for_target("triton-v1.12", "m"))
+    vdir = tmp_path / "repo" / "m" / "1"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import numpy as np; from mcp_runtime import MCPIRModel\n"
+            "m = MCPIRModel(sys.argv[1] + '/model.mcpir', engine=sys.argv[2], precision='f32')\n"
+            "m.run({m.input_names[0]: np.zeros((1, 3, 32, 32), np.float32)})\n"
+            "print('onnxruntime' in sys.modules)")
+    loaded = {engine: subprocess.run([sys.executable, "-c", code, str(vdir), engine], capture_output=True,
+                                     text=True, check=True).stdout.split()[-1]
+              for engine in ("openvino", "onnxruntime")}
+    assert loaded == {"openvino": "False", "onnxruntime": "True"}

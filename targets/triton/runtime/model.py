@@ -14,7 +14,7 @@ request go to the collector under the server's own spans (mcp_runtime.telemetry)
 
 import time
 
-_T_IMPORT = time.time_ns()   # the imports below (numpy, onnxruntime, the runtime) are a load phase
+_T_IMPORT = time.time_ns()   # the imports below (numpy, the runtime) are a load phase
 
 import json  # noqa: E402
 import os  # noqa: E402

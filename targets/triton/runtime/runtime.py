@@ -21,12 +21,15 @@ import os
 import struct
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnxruntime as ort
 
 from . import mcp_ir_generated as fb
 from .verify import VerifyError, parse_layout, verify_buffer
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 SCHEMA_MAJOR = 1
 IDENTIFIER = b"MCPI"
@@ -134,6 +137,8 @@ class MCPIRModel:
             self.load_phases = [("mcp.read_model", t_start, t_read), ("mcp.create_session", t_read, time.time_ns())]
             self.onnx_bytes = proto if keep_proto else None
             return
+        import onnxruntime as ort  # here, not at the top: an OpenVINO entry never loads it (~50 ms of its cold start)
+
         so = options or ort.SessionOptions()
         if intra_op_threads:
             so.intra_op_num_threads = intra_op_threads
