@@ -345,3 +345,22 @@ def test_an_openvino_entry_never_loads_onnxruntime(tmp_path):
                                      text=True, check=True).stdout.split()[-1]
               for engine in ("openvino", "onnxruntime")}
     assert loaded == {"openvino": "False", "onnxruntime": "True"}
+
+
+def test_the_served_stub_imports_openvino_without_its_model_converter(tmp_path):
+    """An OpenVINO entry's stub imports the runtime alone (no openvino.tools.ovc, no telemetry);
+    the converter still imports afterwards for whoever wants it."""
+    pytest.importorskip("openvino", reason="openvino not installed (pip install -e '.[openvino]')")
+    import subprocess
+    import sys
+
+    from mcp_compiler import CompileOptions, compile_model
+
+    compile_model(GOLDEN / "convnet" / "model.onnx", tmp_path / "repo", CompileOptions.for_target("triton-v1.12", "m"))
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from mcp_runtime.runtime import import_openvino_lean\n"
+            "import_openvino_lean(); import openvino\n"
+            "print(openvino.Core is not None, 'openvino.tools.ovc' in sys.modules, 'openvino_telemetry' in sys.modules)\n"
+            "import openvino.tools.ovc as ovc; print(callable(ovc.convert_model))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "repo" / "m" / "1")], capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["True", "False", "False", "True"]

@@ -1,4 +1,4 @@
-"""mcp_runtime: runs a .mcpir file with onnxruntime. Needs numpy, flatbuffers and onnxruntime only.
+"""mcp_runtime: runs a .mcpir file with onnxruntime (or OpenVINO). Needs numpy, flatbuffers and the engine only.
 
 This package is copied into each model repository's version folder by mcp-cli (with the
 FlatBuffers code generated from mcp_ir.fbs and the buffer verifier); it never imports mcp-cli.
