@@ -265,7 +265,7 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
                 if left < PROFILE_MIN_S:
                     notes.append("no time left in --budget-s to profile the executions (OpenVINO): not searched")
                     return []
-                return [replace(start, execution=e, budget=b)
+                return [replace(start, execution=x, budget=b)
                         for x, b in _executions(e, notes, say, min(PROFILE_S, left)) if x != start.execution]
 
             for stage in (_batching, _instances, _batch_sizes, executions):

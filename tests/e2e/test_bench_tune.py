@@ -203,3 +203,18 @@ def test_bench_sends_a_realistic_length_local_and_remote(tmp_path):
         assert p["saturated"] is True and 0 <= p["slo_attainment"] < 0.9 and p["slo_ms"] == 2, p
         r = _cli("bench", "text", "--url", f"grpc://{s.grpc_url}", "--rate", "20", "--seconds", "1", "--json")
         assert json.loads(r.stdout)["points"][0]["saturated"] is False
+
+
+def test_tune_searches_the_execution_and_measures_each_kept_one(tmp_path):
+    """With OpenVINO installed, tune's last stage profiles the executions and serves each one the
+    profile keeps as a trial of its own (a regression: the stage handed the entry, not the
+    execution, to the trial's setting, and tune stopped with an internal error)."""
+    pytest.importorskip("openvino", reason="openvino not installed (pip install -e '.[openvino]')")
+    compile_model(GOLDEN / "convnet" / "model.onnx", tmp_path / "repo", CompileOptions.for_target("triton-v1.12", "cnn"))
+    report = tmp_path / "r.json"
+    r = _cli("tune", str(tmp_path / "repo" / "cnn"), "--slo-p99-ms", "2000", "--concurrency", "2",
+             "--budget-s", "90", "--window-s", "0.3", "--report", str(report))
+    assert r.returncode == 0, r.stderr
+    assert "profiling the executions" in r.stderr
+    executions = [t["config"]["execution"] for t in json.loads(report.read_text())["trials"]]
+    assert executions[0] == "onnxruntime/f32" and any(x.startswith("openvino/") for x in executions), executions
