@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _helpers import GOLDEN
+from _helpers import GOLDEN, zoo_model
 
 from mcp_compiler import profile as P
 from mcp_compiler.errors import UsageError
@@ -364,3 +364,29 @@ def test_the_served_stub_imports_openvino_without_its_model_converter(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "repo" / "m" / "1")], capture_output=True,
                          text=True, check=True).stdout.split()
     assert out == ["True", "False", "False", "True"]
+
+
+@pytest.mark.slow   # a 97 MB real model (the small ones do not show it)
+def test_an_entry_reloaded_at_another_precision_runs(tmp_path):
+    """A stub that loads the saved model at bf16 after an f32 load left its compile in the cache:
+    OpenVINO 2026.4 found the f32 compile for the bf16 request and the process crashed on its
+    first request (tune reloading an f32 trial of the ViT as bf16). The compiled models are kept
+    per precision."""
+    pytest.importorskip("openvino", reason="openvino not installed (pip install -e '.[openvino]')")
+    import subprocess
+    import sys
+
+    from mcp_compiler import CompileOptions, compile_model
+
+    compile_model(zoo_model("vit_s_focus"), tmp_path / "repo", CompileOptions.for_target("triton-v1.12", "m"))
+    vdir, cache = tmp_path / "repo" / "m" / "1", tmp_path / "cache"
+    cache.mkdir()
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import numpy as np; from mcp_runtime import MCPIRModel\n"
+            "m = MCPIRModel(sys.argv[1] + '/model.mcpir', engine='openvino', precision=sys.argv[2], cache_dir=sys.argv[3])\n"
+            "x = np.random.default_rng(0).normal(size=(1, 3, 224, 224)).astype(np.float32)\n"
+            "print(float(m.run({m.input_names[0]: x})[0].sum()))")
+    runs = [subprocess.run([sys.executable, "-c", code, str(vdir), precision, str(cache)], capture_output=True, text=True)
+            for precision in ("f32", "bf16", "f32")]
+    assert [r.returncode for r in runs] == [0, 0, 0], runs[1].stderr[-600:]
+    f32, bf16, again = (float(r.stdout.split()[-1]) for r in runs)
+    assert f32 == again and bf16 == pytest.approx(f32, rel=0.05)

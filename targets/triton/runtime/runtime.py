@@ -200,7 +200,11 @@ class MCPIRModel:
         if threads:
             config["INFERENCE_NUM_THREADS"] = str(threads)
         if cache_dir:
-            config["CACHE_DIR"] = str(cache_dir)
+            # one folder of compiled models per precision: OpenVINO 2026.4 finds a model compiled
+            # at f32 when asked for bf16 in the same CACHE_DIR (from a model read from a file), and
+            # the bf16 request then crashes the process (a stub that loaded READY dies on its first
+            # request; measured: tune reloading an f32 trial as bf16)
+            config["CACHE_DIR"] = os.path.join(str(cache_dir), self.precision)
         self._ov_config = config
         compiled = staged = None
         try:
