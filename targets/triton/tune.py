@@ -80,6 +80,11 @@ class Setting:
     execution: str = "onnxruntime/f32"   # the python runtime's execution (mcp_execution / mcp_precision)
     budget: str = ""                   # the budget that execution was judged by (mcp_budget), as JSON
 
+    @property
+    def compiles_per_batch(self) -> bool:
+        """OpenVINO with batching: a model compiled for each batch size the batcher forms."""
+        return self.execution.startswith("openvino") and self.max_batch_size > 0
+
     @classmethod
     def of(cls, cfg: Any) -> Setting:
         db = cfg.dynamic_batching if cfg.HasField("dynamic_batching") else None
@@ -270,7 +275,8 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
 
             for stage in (_batching, _instances, _batch_sizes, executions):
                 for setting in stage(search.best_setting(baseline), cores, load, batchable):
-                    if time.monotonic() - t0 + most + confirm > budget_s:
+                    settle = 2 * window_s if setting.compiles_per_batch else 0.0   # (_Search._settle)
+                    if time.monotonic() - t0 + most + settle + confirm > budget_s:
                         break
                     if setting.normalized(cores) in search.seen:
                         search.skipped += setting not in search.raw   # the same on this machine, not a repeat
@@ -279,7 +285,8 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
                     say(_line(len(search.trials) - 1, trial, search.best(), slo_p99_ms))
             best = search.best()
             if best is not None and best.setting.normalized(cores) != baseline.setting.normalized(cores):
-                if time.monotonic() - t0 + confirm <= budget_s + most:
+                settle = 2 * window_s if best.setting.compiles_per_batch else 0.0
+                if time.monotonic() - t0 + confirm + settle <= budget_s + most:
                     best.confirmation = search.confirm(baseline, best, pairs, margin, say)
                 else:
                     notes.append("no time left in --budget-s to confirm the best against the baseline: not confirmed")
@@ -339,7 +346,7 @@ class _Search:
         97 MB ViT: seconds each): a window that pays for those compiles measures them, not the
         execution (the ViT in bf16: 4 req/s in its trial, 32 once compiled). Such a setting is
         served for two windows, unmeasured, first."""
-        if setting.execution.startswith("openvino") and setting.max_batch_size > 0:
+        if setting.compiles_per_batch:
             measure_points(served_as, [self.load], window_s=self.window_s, seconds=2 * self.window_s, slo_ms=self.slo)
 
     def run(self, setting: Setting, kind: str = "trial", rank: bool = True) -> Trial:
