@@ -350,3 +350,21 @@ def test_an_entry_that_differs_where_onnxruntime_agrees_with_itself_still_fails(
     np.savez(tmp_path / "s.npz", x=x, y=2 * x)
     report = verify_onnx(original, emitted, inputs=tmp_path / "s.npz")
     assert not report.ok and not report.reference_spread
+
+
+def test_samples_off_the_knife_edge_are_judged_as_they_were(tmp_path):
+    """Of two samples, one on the edge (onnxruntime's levels disagree, the entry equals one) and
+    one off it (all agree, the entry too): the output passes; the spread is the edge sample's."""
+    from mcp_compiler.reference import verify_onnx
+
+    original = _knife_edge(tmp_path / "a.onnx", reciprocal=False, table=[0.0, 100.0, 7.0])
+    emitted = _knife_edge(tmp_path / "b.onnx", reciprocal=True, table=[0.0, 100.0, 7.0])
+    (tmp_path / "s").mkdir()
+    on = np.array([41.0, 47.0, 2.0, 3.0], np.float32)
+    off = np.array([2.0, 3.0, 5.0, 7.0], np.float32)
+    np.savez(tmp_path / "s" / "1.npz", x=on, y=on)
+    np.savez(tmp_path / "s" / "2.npz", x=off, y=2 * off)
+    report = verify_onnx(original, emitted, inputs=tmp_path / "s")
+    assert report.ok and report.samples == 2
+    (spread,) = report.reference_spread
+    assert spread["levels"] == ["disabled"] and spread["max_abs"] == 100.0
