@@ -316,11 +316,9 @@ def _against_other_levels(input, report: VerifyReport, feeds: list[dict], names:
     says so (`reference_spread`, a warning), with how far apart onnxruntime's own runs were."""
     import gc
 
-    import onnxruntime as ort
-
     for level in ("disabled", "basic", "default"):
         if level not in runs:
-            sess = ort.InferenceSession(str(input), session_options(level), providers=["CPUExecutionProvider"])
+            sess = open_original(input, optimize=level)[0]
             runs[level] = run_original(sess, feeds)[1]
             sess = None
             gc.collect()

@@ -275,8 +275,7 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
 
             for stage in (_batching, _instances, _batch_sizes, executions):
                 for setting in stage(search.best_setting(baseline), cores, load, batchable):
-                    settle = 2 * window_s if setting.compiles_per_batch else 0.0   # (_Search._settle)
-                    if time.monotonic() - t0 + most + settle + confirm > budget_s:
+                    if time.monotonic() - t0 + most + search.settle_seconds(setting) + confirm > budget_s:
                         break
                     if setting.normalized(cores) in search.seen:
                         search.skipped += setting not in search.raw   # the same on this machine, not a repeat
@@ -285,8 +284,7 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
                     say(_line(len(search.trials) - 1, trial, search.best(), slo_p99_ms))
             best = search.best()
             if best is not None and best.setting.normalized(cores) != baseline.setting.normalized(cores):
-                settle = 2 * window_s if best.setting.compiles_per_batch else 0.0
-                if time.monotonic() - t0 + confirm + settle <= budget_s + most:
+                if time.monotonic() - t0 + confirm + search.settle_seconds(best.setting) <= budget_s + most:
                     best.confirmation = search.confirm(baseline, best, pairs, margin, say)
                 else:
                     notes.append("no time left in --budget-s to confirm the best against the baseline: not confirmed")
@@ -341,13 +339,16 @@ class _Search:
         return measure_points(self.s, [self.load], window_s=self.window_s, max_windows=self.max_windows,
                               seconds=seconds, slo_ms=self.slo)[0]
 
-    def _settle(self, served_as: Served, setting: Setting) -> None:
+    def settle_seconds(self, setting: Setting) -> float:
         """OpenVINO compiles the model for each batch size the batcher forms, on first sight (a
         97 MB ViT: seconds each): a window that pays for those compiles measures them, not the
         execution (the ViT in bf16: 4 req/s in its trial, 32 once compiled). Such a setting is
-        served for two windows, unmeasured, first."""
-        if setting.compiles_per_batch:
-            measure_points(served_as, [self.load], window_s=self.window_s, seconds=2 * self.window_s, slo_ms=self.slo)
+        served this long, unmeasured, first (_settle); the budget counts it."""
+        return 2 * self.window_s if setting.compiles_per_batch else 0.0
+
+    def _settle(self, served_as: Served, setting: Setting) -> None:
+        if seconds := self.settle_seconds(setting):
+            measure_points(served_as, [self.load], window_s=self.window_s, seconds=seconds, slo_ms=self.slo)
 
     def run(self, setting: Setting, kind: str = "trial", rank: bool = True) -> Trial:
         self.seen.add(setting.normalized(self.cores))
