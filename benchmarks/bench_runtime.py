@@ -75,13 +75,16 @@ def rate(url: str, name: str, feeds: dict, seconds: float) -> float:
     return asyncio.run(go())
 
 
-def cold_loads(server: TritonServer, names: list[str], rounds: int = 3) -> list[float]:
-    """Median seconds from a load request to READY for each model, the models taking turns
-    (which goes first alternating), each unloaded before its load."""
+def cold_loads(server: TritonServer, names: list[str], feeds: dict, rounds: int = 3) -> list[tuple[float, float]]:
+    """For each model, median seconds from a load request to READY and to the first response
+    (the load, then one request of `feeds`: an OpenVINO entry compiles the shape it was asked
+    first in the load or on that request), the models taking turns (which goes first
+    alternating), each unloaded before its load."""
     import tritonclient.grpc as tg
 
     c = tg.InferenceServerClient(server.grpc_url)
-    out: dict[str, list[float]] = {n: [] for n in names}
+    inputs = infer_inputs(feeds, "grpc")
+    out: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     try:
         for k in range(rounds):
             for name in (names if k % 2 == 0 else names[::-1]):
@@ -91,10 +94,12 @@ def cold_loads(server: TritonServer, names: list[str], rounds: int = 3) -> list[
                 time.sleep(0.2)
                 t0 = time.perf_counter()
                 c.load_model(name)
-                out[name].append(time.perf_counter() - t0)
+                ready = time.perf_counter() - t0
+                c.infer(name, inputs)
+                out[name].append((ready, time.perf_counter() - t0))
     finally:
         c.close()
-    return [statistics.median(out[n]) for n in names]
+    return [(statistics.median(r for r, _ in out[n]), statistics.median(f for _, f in out[n])) for n in names]
 
 
 def main() -> None:
@@ -151,13 +156,13 @@ def main() -> None:
                     r_ort.append(got["_ort"])
                     r_auto.append(got["_auto"])
                     ratios.append(got["_auto"] / got["_ort"])
-                load_ort, load_auto = cold_loads(server, [m + "_ort", m + "_auto"])
+                (load_ort, first_ort), (load_auto, first_auto) = cold_loads(server, [m + "_ort", m + "_auto"], feeds)
                 shapes = ", ".join(f"{k} {list(x.shape)}" for k, x in feeds.items())
                 rows.append([m, shapes, prof["chosen"], f"{statistics.median(r_ort):.1f}",
                              f"{statistics.median(r_auto):.1f}", f"{statistics.median(ratios):.2f}",
                              f"{min(ratios):.2f}-{max(ratios):.2f}", f"{extra_s:.1f}",
                              "ok" if v.get("ok") else "FAILED", "-" if worst is None else f"{worst:.5f}",
-                             f"{load_ort:.2f}", f"{load_auto:.2f}"])
+                             f"{load_ort:.2f}", f"{load_auto:.2f}", f"{first_ort:.2f}", f"{first_auto:.2f}"])
                 cands = "; ".join(f"{c['runtime']}/{c['precision']} "
                                   + (f"x{1 / c['ratio']:.2f} [{1 / c['ratio_spread'][1]:.2f}-{1 / c['ratio_spread'][0]:.2f}]"
                                      if c.get("ratio") else f"dropped: {c['dropped']}")
@@ -171,13 +176,15 @@ def main() -> None:
     speedups = [float(r[5]) for r in rows]
     header = ["model", "request", "auto chose", "ORT entry req/s", "auto entry req/s", "auto / ORT (median)",
               "paired range", "profile s (convert's extra)", "verify (fresh samples)", "worst cosine",
-              "cold load ORT s", "cold load auto s"]
+              "cold load ORT s", "cold load auto s", "first response ORT s", "first response auto s"]
     body = (f"`python benchmarks/bench_runtime.py --pairs {a.pairs} --window-s {a.window_s:g} --profile-seconds "
             f"{a.profile_seconds}` on {machine()}; {json.dumps(versions())}; OpenVINO {P.openvino_version()}.\n\n"
             "Served requests/s at concurrency 1 through the local Triton (python backend), the two entries of one "
             "model in alternating windows (paired). The request is the one the profile measures (batch 1, image "
-            f"sides at {P.IMAGE_SIDE}, other free dims at {P.REQUEST_LENGTH}). Cold load: a load request to READY, "
-            "the compiled-model cache warm, median of 3, the two entries taking turns.\n\n"
+            f"sides at {P.IMAGE_SIDE}, other free dims at {P.REQUEST_LENGTH}). Cold load: a load request to READY; "
+            "first response: to the answer of one request sent at READY (an OpenVINO entry compiles the shape its "
+            "config records in the load, any other on that request); the compiled-model cache warm, median of 3, "
+            "the two entries taking turns.\n\n"
             + table(header, rows)
             + f"\n\nMedian speed-up over {len(rows)} models: {statistics.median(speedups):.2f}x "
               f"(min {min(speedups):.2f}, max {max(speedups):.2f}).\n\nWhat the profile measured "

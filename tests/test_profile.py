@@ -326,6 +326,46 @@ def test_an_openvino_load_reads_the_model_an_earlier_load_saved(tmp_path):
     np.testing.assert_array_equal(third.run({name: x})[0], first.run({name: x})[0])
 
 
+def test_a_served_openvino_model_compiles_its_expected_shape_in_the_load_and_no_other_on_a_request(tmp_path):
+    """serve(): the shape clients are expected to send (and the dynamic batcher's preferred
+    batch sizes) compile in the load; a request of any other shape runs on the any-shape model
+    (compiled in the background) and never waits for a compile of its own shape; a shape that
+    comes back gets its own static model, compiled behind the requests. Every answer is the
+    same as the model's in-process run."""
+    pytest.importorskip("openvino", reason="openvino not installed (pip install -e '.[openvino]')")
+    import time
+
+    from mcp_compiler import CompileOptions, compile_model
+    from mcp_compiler.targets.triton.verify import load_runtime
+
+    compile_model(GOLDEN / "convnet" / "model.onnx", tmp_path / "repo", CompileOptions.for_target("triton-v1.12", "m"))
+    vdir = tmp_path / "repo" / "m" / "1"
+    rt = load_runtime(vdir)
+    reference = rt.MCPIRModel(vdir / "model.mcpir")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    rt.MCPIRModel(vdir / "model.mcpir", engine="openvino", precision="f32", cache_dir=str(cache))   # saves it
+    m = rt.MCPIRModel(vdir / "model.mcpir", engine="openvino", precision="f32", cache_dir=str(cache))
+    name = m.input_names[0]
+    assert m._any_shape is None and not m._by_shape
+    m.serve({name: (1, 3, 32, 32)}, batch_sizes=(4, 1))
+    assert sorted(k[0][1] for k in m._by_shape) == [(1, 3, 32, 32), (4, 3, 32, 32)]
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 3, 16, 16)).astype(np.float32)   # a shape the load did not compile
+    np.testing.assert_allclose(m.run({name: x})[0], reference.run({name: x})[0], rtol=1e-4, atol=1e-5)
+    assert (((name, (2, 3, 16, 16)),) not in m._by_shape) and m._any_shape is not None
+    np.testing.assert_allclose(m.run({name: x})[0], reference.run({name: x})[0], rtol=1e-4, atol=1e-5)
+    key = ((name, (2, 3, 16, 16)),)
+    deadline = time.monotonic() + 120
+    while key not in m._by_shape and time.monotonic() < deadline:   # its second request asked for it
+        time.sleep(0.05)
+    assert m._by_shape.get(key) is not None and type(m._by_shape[key]).__name__ == "InferRequest"
+    np.testing.assert_allclose(m.run({name: x})[0], reference.run({name: x})[0], rtol=1e-4, atol=1e-5)
+    one = rng.normal(size=(1, 3, 32, 32)).astype(np.float32)
+    np.testing.assert_allclose(m.run({name: one})[0], reference.run({name: one})[0], rtol=1e-4, atol=1e-5)
+    assert len(m._by_shape) == 3
+
+
 def test_an_openvino_entry_never_loads_onnxruntime(tmp_path):
     """The served runtime imports onnxruntime only to build an onnxruntime session: an OpenVINO
     entry's stub does not pay for it at its cold start."""
