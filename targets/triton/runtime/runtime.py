@@ -186,7 +186,7 @@ class MCPIRModel:
     # OpenVINO compiles a model for each input shape it sees (at most this many; past them, one
     # compiled for any shape): its kernels for static shapes ran bf16 a third faster here.
     OV_SHAPES = 8
-    _compiler: _Compiler | None = None   # serve(): compiles in the background
+    _compiler: _Compiler | None = None   # serve(): static models compiled in the background
 
     def _compile_openvino(self, proto: bytes | None, threads: int | None, cache_dir: str | None,
                           saved: str | None = None, save: str | None = None) -> None:
@@ -241,8 +241,6 @@ class MCPIRModel:
 
     @property
     def _dynamic(self):  # noqa: ANN202 - an openvino InferRequest for any shape
-        if self._any_shape is None and self._compiler is not None:
-            self._compiler.done.wait()   # being compiled in the background: a wait, not a second compile
         if self._any_shape is None:
             self._any_shape = self._compile_any()
         return self._any_shape
@@ -264,38 +262,36 @@ class MCPIRModel:
         key = tuple((n, feeds[n].shape) for n in self._ov_dynamic_inputs if n in feeds)
         req = self._by_shape.get(key)
         if req is None:
-            if self._compiler is not None:   # serving: no compile on a request's time
+            if self._compiler is not None:   # serving: the any-shape model runs it
                 self._compiler.seen(key)
                 return self._dynamic
             req = self._compile_static(key) if len(self._by_shape) < self.OV_SHAPES else _ANY
             self._by_shape[key] = req
         return self._dynamic if req is _ANY else req
 
-    def serve(self, first: dict[str, tuple] | None = None, batch_sizes: tuple[int, ...] = ()) -> None:
-        """Get ready to serve, so that no request waits for a compile. An OpenVINO model with
+    def serve(self, first: dict[str, tuple] | None = None) -> None:
+        """Get ready to serve: a compile on a request's time at most once. An OpenVINO model with
         free dims compiles a model per input shape (static kernels ran 2-17% faster than the
         any-shape model's on five models here), which took 0.5-1.1 s per new batch size of a
         97 MB ViT on the request that brought it (0.2-0.3 s with the compile cached). Served:
         the shape of `first` (the request the entry records, what clients are expected to send)
-        compiles now, in the load, and at each of `batch_sizes` (axis 0: the sizes the dynamic
-        batcher prefers); the any-shape model compiles in a background thread and runs every
-        other shape (a request that comes before it is ready waits for it); a shape
-        that comes back (its second request) gets its own model compiled behind the requests,
-        at most OV_SHAPES in all. Requests ran up to 2.5x slower while a compile took the cores
-        (OpenVINO's CPU plugin has no COMPILATION_NUM_THREADS): a shape met once is not worth it. Nothing to do for onnxruntime, or a model whose
-        shapes are all fixed (compiled at load)."""
+        compiles now, in the load (READY then means fast, as with Triton's model_warmup); the
+        first request of another shape compiles the any-shape model, which runs every other
+        shape from then on; a shape that comes back (its second request: a batch size the
+        dynamic batcher makes again and again) gets its own static model compiled in a
+        background thread, at most OV_SHAPES in all. Requests ran up to 2.5x slower while
+        a compile took the cores (OpenVINO's CPU plugin has no COMPILATION_NUM_THREADS), which
+        is why neither a shape met once nor the any-shape model (which a load right after would
+        slow: 0.3 s later to its first answer, measured) compiles in the background. Nothing to
+        do for onnxruntime, or a model whose shapes are all fixed (compiled at load)."""
         if self.session is not None or not self._ov_dynamic_inputs or self._compiler is not None:
             return
         if first and all(n in first for n in self._ov_dynamic_inputs):
-            base = {n: tuple(first[n]) for n in self._ov_dynamic_inputs}
-            shapes = [base] + [{n: (b, *d[1:]) for n, d in base.items()} for b in batch_sizes
-                               if all(len(d) and d[0] != b for d in base.values())]
-            for shape in shapes[:self.OV_SHAPES]:
-                key = tuple(shape.items())
-                if key not in self._by_shape:
-                    self._by_shape[key] = self._compile_static(key)
-            (phase, start, _), = self.load_phases[-1:]   # part of building the session
-            self.load_phases[-1] = (phase, start, time.time_ns())
+            key = tuple((n, tuple(first[n])) for n in self._ov_dynamic_inputs)
+            if key not in self._by_shape:
+                self._by_shape[key] = self._compile_static(key)
+                (phase, start, _), = self.load_phases[-1:]   # part of building the session
+                self.load_phases[-1] = (phase, start, time.time_ns())
         self._compiler = _Compiler(self)
 
     def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> list[np.ndarray]:
@@ -332,24 +328,18 @@ _ANY = object()   # in MCPIRModel._by_shape: a shape the any-shape model runs
 
 
 class _Compiler:
-    """A serving MCPIRModel's compiles, in a daemon thread (OpenVINO's compile
-    releases the GIL: requests go on meanwhile): first the any-shape model (`done` is set when
-    it is in place, or failed: a request that needs it compiles it again and says why), then the
-    static model of each shape asked for, installed in the model's table when compiled."""
+    """A serving MCPIRModel's compiles of static models, in a daemon thread (OpenVINO's compile
+    releases the GIL: requests go on meanwhile): each shape asked for is installed in the
+    model's table when compiled."""
 
     def __init__(self, model: MCPIRModel) -> None:
         import queue
         import threading
 
         self.model = model
-        self.done = threading.Event()
         self._count: dict = {}
         self._room = model.OV_SHAPES - len(model._by_shape)   # static models still to compile
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        if model._any_shape is None:
-            self._queue.put(_ANY)
-        else:
-            self.done.set()
         threading.Thread(target=self._work, name="mcp-openvino-compile", daemon=True).start()
 
     def seen(self, key: tuple) -> None:
@@ -363,15 +353,7 @@ class _Compiler:
         m = self.model
         while True:
             key = self._queue.get()
-            if key is _ANY:
-                try:
-                    m._any_shape = m._compile_any()
-                except Exception:  # noqa: BLE001 - said by the request that needs it
-                    pass
-                finally:
-                    self.done.set()
-            else:
-                m._by_shape[key] = m._compile_static(key)
+            m._by_shape[key] = m._compile_static(key)
 
 
 # The form of a saved OpenVINO model (what _ov_jit_ops and the lowering make): a new one is not
