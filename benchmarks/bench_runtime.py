@@ -177,8 +177,10 @@ def main() -> None:
     header = ["model", "request", "auto chose", "ORT entry req/s", "auto entry req/s", "auto / ORT (median)",
               "paired range", "profile s (convert's extra)", "verify (fresh samples)", "worst cosine",
               "cold load ORT s", "cold load auto s", "first response ORT s", "first response auto s"]
+    hw = P.machine().to_dict()   # bf16's speed-up hangs on it: AMX or AVX512_BF16 alone
     body = (f"`python benchmarks/bench_runtime.py --pairs {a.pairs} --window-s {a.window_s:g} --profile-seconds "
-            f"{a.profile_seconds}` on {machine()}; {json.dumps(versions())}; OpenVINO {P.openvino_version()}.\n\n"
+            f"{a.profile_seconds}` on {machine()}; {json.dumps(versions())}; OpenVINO {P.openvino_version()}; "
+            f"CPU {hw['cpu']} ({', '.join(hw['isa'])}).\n\n"
             "Served requests/s at concurrency 1 through the local Triton (python backend), the two entries of one "
             "model in alternating windows (paired). The request is the one the profile measures (batch 1, image "
             f"sides at {P.IMAGE_SIDE}, other free dims at {P.REQUEST_LENGTH}). Cold load: a load request to READY; "
