@@ -317,24 +317,18 @@ def test_an_openvino_load_reads_the_model_an_earlier_load_saved(tmp_path):
     name = first.input_names[0]
     again = rt.MCPIRModel(vdir / "model.mcpir", engine="openvino", precision="f32", cache_dir=str(cache))
     assert again.ov_rewrites is None   # read as saved, not lowered again
-    assert again._any_shape is None    # its free dims: nothing compiled before a request needs it
     np.testing.assert_array_equal(again.run({name: x})[0], first.run({name: x})[0])
-    any_shape = np.array(next(iter(again._dynamic.infer({name: x}).values())))
-    np.testing.assert_allclose(any_shape, first.run({name: x})[0], rtol=1e-5, atol=1e-6)
     next(cache.glob("model-*.xml")).write_text("<not a model")
     third = rt.MCPIRModel(vdir / "model.mcpir", engine="openvino", precision="f32", cache_dir=str(cache))
     assert third.ov_rewrites is not None
     np.testing.assert_array_equal(third.run({name: x})[0], first.run({name: x})[0])
 
 
-def test_a_served_openvino_model_compiles_its_expected_shape_in_the_load_and_others_behind_the_requests(tmp_path):
-    """serve(): the shape clients are expected to send compiles in the load; a request of any
-    other shape runs on the any-shape model (the first such request compiles it) and never
-    waits for a compile of its own shape; a shape that comes back gets its own static model,
-    compiled behind the requests. Every answer is the same as the model's in-process run."""
+def test_an_openvino_model_runs_every_shape_on_the_one_model_it_compiled_in_the_load(tmp_path):
+    """One model compiled for any shape, in the load (from a saved model too), runs every request:
+    no compile per input shape (OpenVINO computes some models wrong compiled for a static shape,
+    and a compile on first sight is a stall on a request's time). Every answer is onnxruntime's."""
     pytest.importorskip("openvino", reason="openvino not installed (pip install -e '.[openvino]')")
-    import time
-
     from mcp_compiler import CompileOptions, compile_model
     from mcp_compiler.targets.triton.verify import load_runtime
 
@@ -344,26 +338,17 @@ def test_a_served_openvino_model_compiles_its_expected_shape_in_the_load_and_oth
     reference = rt.MCPIRModel(vdir / "model.mcpir")
     cache = tmp_path / "cache"
     cache.mkdir()
-    rt.MCPIRModel(vdir / "model.mcpir", engine="openvino", precision="f32", cache_dir=str(cache))   # saves it
-    m = rt.MCPIRModel(vdir / "model.mcpir", engine="openvino", precision="f32", cache_dir=str(cache))
-    name = m.input_names[0]
-    assert m._any_shape is None and not m._by_shape
-    m.serve({name: (1, 3, 32, 32)})
-    assert list(m._by_shape) == [((name, (1, 3, 32, 32)),)]
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(2, 3, 16, 16)).astype(np.float32)   # a shape the load did not compile
-    np.testing.assert_allclose(m.run({name: x})[0], reference.run({name: x})[0], rtol=1e-4, atol=1e-5)
-    assert (((name, (2, 3, 16, 16)),) not in m._by_shape) and m._any_shape is not None
-    np.testing.assert_allclose(m.run({name: x})[0], reference.run({name: x})[0], rtol=1e-4, atol=1e-5)
-    key = ((name, (2, 3, 16, 16)),)
-    deadline = time.monotonic() + 120
-    while key not in m._by_shape and time.monotonic() < deadline:   # its second request asked for it
-        time.sleep(0.05)
-    assert m._by_shape.get(key) is not None and type(m._by_shape[key]).__name__ == "InferRequest"
-    np.testing.assert_allclose(m.run({name: x})[0], reference.run({name: x})[0], rtol=1e-4, atol=1e-5)
-    one = rng.normal(size=(1, 3, 32, 32)).astype(np.float32)
-    np.testing.assert_allclose(m.run({name: one})[0], reference.run({name: one})[0], rtol=1e-4, atol=1e-5)
-    assert len(m._by_shape) == 2
+    for load in ("lowered", "saved"):
+        m = rt.MCPIRModel(vdir / "model.mcpir", engine="openvino", precision="f32", cache_dir=str(cache))
+        assert (m.ov_rewrites is None) == (load == "saved")
+        compiled = m._ov_request
+        assert compiled is not None   # compiled in the load
+        name = m.input_names[0]
+        rng = np.random.default_rng(0)
+        for shape in [(1, 3, 32, 32), (2, 3, 16, 16), (4, 3, 24, 40), (1, 3, 32, 32)]:
+            x = rng.normal(size=shape).astype(np.float32)
+            np.testing.assert_allclose(m.run({name: x})[0], reference.run({name: x})[0], rtol=1e-4, atol=1e-5)
+        assert m._ov_request is compiled
 
 
 def test_an_openvino_entry_never_loads_onnxruntime(tmp_path):

@@ -49,9 +49,6 @@ class TritonPythonModel:
             how["cache_dir"] = _cache_dir(path)
         self.model = MCPIRModel(path, intra_op_threads=p.intra_op_threads or None, prepack=p.prepack,
                                 dequantize_at_load=p.dequantize_at_load, **how)
-        if how.get("engine") == "openvino":   # the shape clients are expected to send compiles in the load
-            self.model.serve({n: () if n in p.scalars else tuple(r["shape"])
-                              for n, r in p.request.items() if isinstance(r, dict) and "shape" in r})
         name, version = args.get("model_name", cfg.get("name", "?")), str(args.get("model_version", "?"))
         self.tel = Telemetry.create(name, version)
         self.metrics = _Metrics(name, version, traced=self.tel is not None)

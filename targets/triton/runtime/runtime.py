@@ -183,11 +183,6 @@ class MCPIRModel:
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 
-    # OpenVINO compiles a model for each input shape it sees (at most this many; past them, one
-    # compiled for any shape): its kernels for static shapes ran bf16 a third faster here.
-    OV_SHAPES = 8
-    _compiler: _Compiler | None = None   # serve(): static models compiled in the background
-
     def _compile_openvino(self, proto: bytes | None, threads: int | None, cache_dir: str | None,
                           saved: str | None = None, save: str | None = None) -> None:
         try:
@@ -223,81 +218,28 @@ class MCPIRModel:
                 if staged is not None:
                     _ov_publish(staged, save)
                 self._ov_model = model
-            dynamic = [i.get_any_name() for i in self._ov_model.inputs if i.get_partial_shape().is_dynamic]
-            if compiled is None and not dynamic:   # static shapes: the one compile there is (from the cache)
+            if compiled is None:   # the saved model: its compile comes from the cache
                 compiled = core.compile_model(self._ov_model, "CPU", config)
         except Exception as e:  # noqa: BLE001 - OpenVINO's conversion and compile errors
             if staged is not None and compiled is None:   # never published: nothing of it stays
                 _unlink(staged, staged[:-4] + ".bin")
             raise MCPIRError(f"{self.path}: the model does not compile in OpenVINO: {_first(e)}") from None
         self.session = None
-        # The model compiled for any shape; for a saved model with free dims, compiled when first
-        # needed (each shape gets its own compile: the any-shape one serves past OV_SHAPES only)
-        self._any_shape = compiled.create_infer_request() if compiled is not None else None
-        self._by_shape: dict = {}
+        # One model compiled for any shape runs every request. Not one compiled per input shape,
+        # though static kernels ran 2-17% faster on five zoo models here: OpenVINO 2026.4
+        # computes some models wrong compiled for a static shape and right for any shape (a T5
+        # encoder: cosine 0.71 to onnxruntime static, 0.99999 dynamic; PP-OCRv4 rec: 0.996 and
+        # 1.00000), so a shape compiled on first sight while serving would run a program no check
+        # ever ran; and each such compile was a stall on a request's time (0.5-1.1 s per new
+        # batch size of a 97 MB ViT). This one compiles in the load, from the cache when warm.
+        self._ov_request = compiled.create_infer_request()
         self.input_names = [i.get_any_name() for i in self._ov_model.inputs]
         self.output_names = [o.get_any_name() for o in self._ov_model.outputs]
-        self._ov_dynamic_inputs = dynamic
-
-    @property
-    def _dynamic(self):  # noqa: ANN202 - an openvino InferRequest for any shape
-        if self._any_shape is None:
-            self._any_shape = self._compile_any()
-        return self._any_shape
-
-    def _compile_any(self):  # noqa: ANN202 - an openvino InferRequest
-        return self._ov_core.compile_model(self._ov_model, "CPU", self._ov_config).create_infer_request()
-
-    def _compile_static(self, key: tuple):  # noqa: ANN202 - an openvino InferRequest, or _ANY
-        model = self._ov_model.clone()
-        try:
-            model.reshape({n: list(shape) for n, shape in key})
-            return self._ov_core.compile_model(model, "CPU", self._ov_config).create_infer_request()
-        except Exception:  # noqa: BLE001 - a shape the model cannot be made static at: the dynamic one runs it
-            return _ANY
-
-    def _ov_request(self, feeds: dict[str, np.ndarray]):  # noqa: ANN202 - an openvino InferRequest
-        if not self._ov_dynamic_inputs:
-            return self._dynamic
-        key = tuple((n, feeds[n].shape) for n in self._ov_dynamic_inputs if n in feeds)
-        req = self._by_shape.get(key)
-        if req is None:
-            if self._compiler is not None:   # serving: the any-shape model runs it
-                self._compiler.seen(key)
-                return self._dynamic
-            req = self._compile_static(key) if len(self._by_shape) < self.OV_SHAPES else _ANY
-            self._by_shape[key] = req
-        return self._dynamic if req is _ANY else req
-
-    def serve(self, first: dict[str, tuple] | None = None) -> None:
-        """Get ready to serve: a compile on a request's time at most once. An OpenVINO model with
-        free dims compiles a model per input shape (static kernels ran 2-17% faster than the
-        any-shape model's on five models here), which took 0.5-1.1 s per new batch size of a
-        97 MB ViT on the request that brought it (0.2-0.3 s with the compile cached). Served:
-        the shape of `first` (the request the entry records, what clients are expected to send)
-        compiles now, in the load (READY then means fast, as with Triton's model_warmup); the
-        first request of another shape compiles the any-shape model, which runs every other
-        shape from then on; a shape that comes back (its second request: a batch size the
-        dynamic batcher makes again and again) gets its own static model compiled in a
-        background thread, at most OV_SHAPES in all. Requests ran up to 2.5x slower while
-        a compile took the cores (OpenVINO's CPU plugin has no COMPILATION_NUM_THREADS), which
-        is why neither a shape met once nor the any-shape model (which a load right after would
-        slow: 0.3 s later to its first answer, measured) compiles in the background. Nothing to
-        do for onnxruntime, or a model whose shapes are all fixed (compiled at load)."""
-        if self.session is not None or not self._ov_dynamic_inputs or self._compiler is not None:
-            return
-        if first and all(n in first for n in self._ov_dynamic_inputs):
-            key = tuple((n, tuple(first[n])) for n in self._ov_dynamic_inputs)
-            if key not in self._by_shape:
-                self._by_shape[key] = self._compile_static(key)
-                (phase, start, _), = self.load_phases[-1:]   # part of building the session
-                self.load_phases[-1] = (phase, start, time.time_ns())
-        self._compiler = _Compiler(self)
 
     def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> list[np.ndarray]:
         if self.session is not None:
             return self.session.run(outputs, feeds)
-        req = self._ov_request(feeds)
+        req = self._ov_request
         got = req.infer(feeds)
         ports = {n: o for o in req.model_outputs for n in o.get_names()}
         # copies: the request's output buffers are reused by the next call
@@ -322,38 +264,6 @@ class MCPIRModel:
         """Whether a top-level initializer is left in the file as external data (never for
         OpenVINO, which reads the lowered model from memory)."""
         return not self._embed and length >= _EXTERNAL_MIN_BYTES and bool(t.Name())
-
-
-_ANY = object()   # in MCPIRModel._by_shape: a shape the any-shape model runs
-
-
-class _Compiler:
-    """A serving MCPIRModel's compiles of static models, in a daemon thread (OpenVINO's compile
-    releases the GIL: requests go on meanwhile): each shape asked for is installed in the
-    model's table when compiled."""
-
-    def __init__(self, model: MCPIRModel) -> None:
-        import queue
-        import threading
-
-        self.model = model
-        self._count: dict = {}
-        self._room = model.OV_SHAPES - len(model._by_shape)   # static models still to compile
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._work, name="mcp-openvino-compile", daemon=True).start()
-
-    def seen(self, key: tuple) -> None:
-        """A request of a shape with no model of its own: on its second, that model is asked for."""
-        n = self._count[key] = self._count.get(key, 0) + 1
-        if n == 2 and self._room > 0:
-            self._room -= 1
-            self._queue.put(key)
-
-    def _work(self) -> None:
-        m = self.model
-        while True:
-            key = self._queue.get()
-            m._by_shape[key] = m._compile_static(key)
 
 
 # The form of a saved OpenVINO model (what _ov_jit_ops and the lowering make): a new one is not
