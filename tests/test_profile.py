@@ -324,11 +324,16 @@ def test_an_openvino_load_reads_the_model_an_earlier_load_saved(tmp_path):
     np.testing.assert_array_equal(third.run({name: x})[0], first.run({name: x})[0])
 
 
-def test_an_openvino_model_runs_every_shape_on_the_one_model_it_compiled_in_the_load(tmp_path):
-    """One model compiled for any shape, in the load (from a saved model too), runs every request:
-    no compile per input shape (OpenVINO computes some models wrong compiled for a static shape,
-    and a compile on first sight is a stall on a request's time). Every answer is onnxruntime's."""
+def test_an_openvino_model_runs_the_model_it_compiled_in_the_load_and_static_ones_only_once_checked(tmp_path):
+    """The model compiled for any shape in the load (from a saved model too) runs every shape.
+    Served, a shape that comes back gets a model compiled for it in the background, which runs
+    that shape only once it gave the any-shape model's outputs on that request; one that did not
+    is dropped (OpenVINO computes some models wrong compiled for a static shape). Every answer is
+    onnxruntime's."""
     pytest.importorskip("openvino", reason="openvino not installed (pip install -e '.[openvino]')")
+    import sys
+    import time
+
     from mcp_compiler import CompileOptions, compile_model
     from mcp_compiler.targets.triton.verify import load_runtime
 
@@ -336,19 +341,66 @@ def test_an_openvino_model_runs_every_shape_on_the_one_model_it_compiled_in_the_
     vdir = tmp_path / "repo" / "m" / "1"
     rt = load_runtime(vdir)
     reference = rt.MCPIRModel(vdir / "model.mcpir")
+    impl = sys.modules[rt.__name__ + ".runtime"]
     cache = tmp_path / "cache"
     cache.mkdir()
+    rng = np.random.default_rng(0)
+
+    def same(m, shape):
+        x = rng.normal(size=shape).astype(np.float32)
+        np.testing.assert_allclose(m.run({"x": x})[0], reference.run({"x": x})[0], rtol=1e-4, atol=1e-5)
+
+    def settled(m, key):
+        deadline = time.monotonic() + 120
+        while key not in m._static and key not in m._compiler.refused and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     for load in ("lowered", "saved"):
         m = rt.MCPIRModel(vdir / "model.mcpir", engine="openvino", precision="f32", cache_dir=str(cache))
-        assert (m.ov_rewrites is None) == (load == "saved")
-        compiled = m._ov_request
-        assert compiled is not None   # compiled in the load
-        name = m.input_names[0]
-        rng = np.random.default_rng(0)
+        assert m.input_names == ["x"] and (m.ov_rewrites is None) == (load == "saved")
         for shape in [(1, 3, 32, 32), (2, 3, 16, 16), (4, 3, 24, 40), (1, 3, 32, 32)]:
-            x = rng.normal(size=shape).astype(np.float32)
-            np.testing.assert_allclose(m.run({name: x})[0], reference.run({name: x})[0], rtol=1e-4, atol=1e-5)
-        assert m._ov_request is compiled
+            same(m, shape)
+        assert m._compiler is None and not m._static   # in-process: the any-shape model, nothing else
+    m.serve()
+    key = (("x", (2, 3, 16, 16)),)
+    same(m, (2, 3, 16, 16))
+    same(m, (2, 3, 16, 16))   # its second request: its model compiles behind it
+    settled(m, key)
+    assert list(m._static) == [key] and not m._compiler.refused
+    same(m, (2, 3, 16, 16))   # on the static model now
+    same(m, (1, 3, 8, 8))
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(impl, "_agree", lambda a, b, precision: False)   # as a miscompiled static model
+    try:
+        other = (("x", (3, 3, 16, 16)),)
+        same(m, (3, 3, 16, 16))
+        same(m, (3, 3, 16, 16))
+        settled(m, other)
+        assert other not in m._static and m._compiler.refused == [other]
+        same(m, (3, 3, 16, 16))   # still the any-shape model
+    finally:
+        monkey.undo()
+
+
+def test_outputs_agree_only_when_they_are_the_same_computation(tmp_path):
+    import sys
+
+    from mcp_compiler import CompileOptions, compile_model
+    from mcp_compiler.targets.triton.verify import load_runtime
+
+    compile_model(GOLDEN / "convnet" / "model.onnx", tmp_path / "repo", CompileOptions.for_target("triton-v1.12", "m"))
+    rt = load_runtime(tmp_path / "repo" / "m" / "1")
+    assert rt.MCPIRModel is not None
+    impl = sys.modules[rt.__name__ + ".runtime"]
+
+    x = np.random.default_rng(0).normal(size=(4, 10)).astype(np.float32)
+    assert impl._agree([x], [x + 1e-7], "f32")
+    assert not impl._agree([x], [x * np.float32(0.7) + x[::-1] * np.float32(0.3)], "f32")
+    assert not impl._agree([x], [x[:2]], "f32")
+    assert impl._agree([np.zeros(3, np.float32)], [np.zeros(3, np.float32)], "bf16")
+    assert not impl._agree([np.array([1, 2])], [np.array([1, 3])], "f32")
+    assert not impl._agree([np.array([np.nan, 1.0])], [np.array([0.0, 1.0])], "f32")
 
 
 def test_an_openvino_entry_never_loads_onnxruntime(tmp_path):

@@ -49,6 +49,7 @@ class TritonPythonModel:
             how["cache_dir"] = _cache_dir(path)
         self.model = MCPIRModel(path, intra_op_threads=p.intra_op_threads or None, prepack=p.prepack,
                                 dequantize_at_load=p.dequantize_at_load, **how)
+        self.model.serve()   # OpenVINO: shapes that come back get their own compile, in the background
         name, version = args.get("model_name", cfg.get("name", "?")), str(args.get("model_version", "?"))
         self.tel = Telemetry.create(name, version)
         self.metrics = _Metrics(name, version, traced=self.tel is not None)
