@@ -262,6 +262,17 @@ def test_tune_settings_carry_the_execution_into_the_config():
         Setting.of(bad)
 
 
+def test_tune_tries_each_execution_at_its_split_and_at_one_instance_on_every_core():
+    from mcp_compiler.targets.triton.tune import Setting, _execution_settings
+
+    start = Setting(True, 16, instance_count=2, intra_op_threads=1)
+    got = _execution_settings(start, [("onnxruntime/f32", ""), ("openvino/bf16", "{}"), ("openvino/f32", "{}")], 2)
+    assert [(s.execution, s.instance_count, s.intra_op_threads) for s in got] == [
+        ("openvino/bf16", 2, 1), ("openvino/bf16", 1, 2), ("openvino/f32", 2, 1), ("openvino/f32", 1, 2)]
+    whole = Setting(True, 16, instance_count=1, intra_op_threads=2)
+    assert len(_execution_settings(whole, [("openvino/bf16", "{}")], 2)) == 1   # the same split: once
+
+
 def test_openvino_runs_hardsigmoid_in_ops_its_jit_has(tmp_path):
     """x * Clip(x + 3, 0, 6) / 6 at opset < 14 becomes x * HardSigmoid(x) in the passes, which
     OpenVINO's CPU plugin ran in a reference kernel with layout reorders around it (2x slower on
