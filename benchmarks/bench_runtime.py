@@ -77,9 +77,8 @@ def rate(url: str, name: str, feeds: dict, seconds: float) -> float:
 
 def cold_loads(server: TritonServer, names: list[str], feeds: dict, rounds: int = 3) -> list[tuple[float, float]]:
     """For each model, median seconds from a load request to READY and to the first response
-    (the load, then one request of `feeds`: an OpenVINO entry compiles the shape it was asked
-    first in the load or on that request), the models taking turns (which goes first
-    alternating), each unloaded before its load."""
+    (the load, then one request of `feeds`: what a client waits for after a cold load), the
+    models taking turns (which goes first alternating), each unloaded before its load."""
     import tritonclient.grpc as tg
 
     c = tg.InferenceServerClient(server.grpc_url)
@@ -184,8 +183,7 @@ def main() -> None:
             "Served requests/s at concurrency 1 through the local Triton (python backend), the two entries of one "
             "model in alternating windows (paired). The request is the one the profile measures (batch 1, image "
             f"sides at {P.IMAGE_SIDE}, other free dims at {P.REQUEST_LENGTH}). Cold load: a load request to READY; "
-            "first response: to the answer of one request sent at READY (an OpenVINO entry compiles the shape its "
-            "config records in the load, any other on that request); the compiled-model cache warm, median of 3, "
+            "first response: to the answer of one request sent at READY; the compiled-model cache warm, median of 3, "
             "the two entries taking turns.\n\n"
             + table(header, rows)
             + f"\n\nMedian speed-up over {len(rows)} models: {statistics.median(speedups):.2f}x "

@@ -348,7 +348,7 @@ class _Search:
         return self.max_windows * self.window_s if setting.compiles_per_batch else 0.0
 
     def _settle(self, served_as: Served, setting: Setting) -> None:
-        if self.settle_seconds(setting):   # until three windows in a row agree, as a trial's point
+        if setting.compiles_per_batch:   # until three windows in a row agree, as a trial's point
             measure_points(served_as, [self.load], window_s=self.window_s, max_windows=self.max_windows,
                            slo_ms=self.slo)
 
