@@ -153,11 +153,7 @@ def count_nodes(model: Model) -> int:
 
 def _count(g: Graph) -> int:
     """The nodes of g and its subgraphs (what graph.walk() yields, without a yield per node)."""
-    n = len(g.nodes)
-    for node in g.nodes:
-        if node.attributes:
-            n += sum(_count(sub) for sub in node.subgraphs())
-    return n
+    return sum(len(sub.nodes) for sub in g.graphs())
 
 
 class Repeat:

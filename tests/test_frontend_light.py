@@ -72,3 +72,35 @@ def test_light_load_imports_what_the_whole_model_gives(tmp_path, monkeypatch):
 def test_a_big_constant_redefining_a_value_is_still_refused(tmp_path):
     with pytest.raises(InvalidModelError, match="onnx.checker rejected the model"):
         load_onnx(_model(tmp_path / "m.onnx", clash=True))
+
+
+def _fixed(number: int, wire: int, payload: bytes) -> bytes:
+    return bytes([number << 3 | wire]) + payload
+
+
+@pytest.mark.parametrize("dt, np_dtype, field", [(TensorProto.FLOAT, "<f4", "float_data"),
+                                                 (TensorProto.DOUBLE, "<f8", "double_data")])
+def test_float_data_is_read_from_the_wire_form_whatever_its_encoding(tmp_path, dt, np_dtype, field):
+    """Weights in float_data/double_data (Paddle's exports) are taken from the tensor's serialized
+    bytes: packed (protobuf's own), element by element (another writer's), NaN and -0.0 bit for bit."""
+    values = np.array([1.5, -0.0, np.nan, 3e38, -2.25, 7.0], np_dtype)
+    packed = helper.make_tensor("w", dt, [6], values.tolist())
+    assert len(getattr(packed, field)) == 6 and not packed.HasField("raw_data")
+    number, wire, size = (4, 5, 4) if dt == TensorProto.FLOAT else (10, 1, 8)
+    # the same tensor with its data written one element at a time, after the name and dims
+    head = onnx.TensorProto(name="w", data_type=dt, dims=[6])
+    loose = onnx.TensorProto()
+    loose.ParseFromString(head.SerializeToString()
+                          + b"".join(_fixed(number, wire, values[i:i + 1].tobytes()) for i in range(6)))
+    assert len(getattr(loose, field)) == 6
+    for t in (packed, loose):
+        assert frontend._packed_field(t, number, size) == values.tobytes()
+    empty = onnx.TensorProto(name="e", data_type=dt, dims=[0])
+    assert frontend._packed_field(empty, number, size) == b""
+
+    x = helper.make_tensor_value_info("x", dt, [6])
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g", [x],
+                          [helper.make_tensor_value_info("y", dt, [6])], initializer=[loose])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    w = load_onnx(tmp_path / "m.onnx").model.graph.initializers["w"]
+    assert w.const.numpy().tobytes() == values.tobytes()

@@ -658,10 +658,7 @@ class _Importer:
         elif t.HasField("raw_data"):
             raw = t.raw_data
         elif dt in (DataType.FLOAT, DataType.DOUBLE):
-            # float_data / double_data as they are (numpy_helper's asarray reads them element by
-            # element through the sequence protocol: a third slower for exporters that write them)
-            field, numpy_dtype = (t.float_data, "<f4") if dt == DataType.FLOAT else (t.double_data, "<f8")
-            raw = np.fromiter(field, numpy_dtype, len(field)).tobytes()
+            raw = _packed_field(t, *((4, 4) if dt == DataType.FLOAT else (10, 8)))
         else:
             try:
                 arr = numpy_helper.to_array(t)
@@ -757,6 +754,43 @@ def _dim(d: onnx.TensorShapeProto.Dimension):  # noqa: ANN202
 
 def _props(entries) -> dict[str, str]:  # noqa: ANN001
     return {_text(e.key, "a metadata key"): _text(e.value, f"metadata {e.key!r}") for e in entries}
+
+
+def _packed_field(t: onnx.TensorProto, number: int, itemsize: int) -> bytes:
+    """The little-endian bytes of TensorProto field `number` (float_data 4, double_data 10), as
+    they are in its wire form (packed: one length-delimited run; or an element at a time, fixed32
+    or fixed64). Read through the Python field, element by element, Paddle's exports (every weight
+    in float_data) spent 7 ms of a 0.4 s conversion here; serialized, the tensor is one C call."""
+    data = t.SerializeToString()
+    runs, i, end = [], 0, len(data)
+    fixed = 5 if itemsize == 4 else 1
+    while i < end:
+        key, i = _varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            i = _varint(data, i)[1]
+            continue
+        if wire == 2:
+            size, i = _varint(data, i)
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+        else:   # groups: not in a TensorProto serialized by protobuf
+            raise InvalidModelError(None, f"tensor {t.name!r}: wire type {wire} in its serialized form")
+        if key >> 3 == number and wire in (2, fixed):
+            runs.append(data[i:i + size])
+        i += size
+    return b"".join(runs)
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[i]
+        value |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            return value, i
+        shift += 7
 
 
 def _text(value: str | bytes, what: str, path: object = None) -> str:

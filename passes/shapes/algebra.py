@@ -8,7 +8,14 @@ whose remainder is not exact, a min/max). `(2*H + 2) // 2` becomes `H + 1`, `H -
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from mcp_compiler.ir.dims import Dim, ShapeExpr
+
+# The operations are pure and dims are values (a ShapeExpr's hash is kept): the same sums come
+# back in every run of shape inference on a model (four a conversion) and at every layer of a
+# network, and are worked out once. Bounded: a long-lived process converts many models.
+_memo = lru_cache(maxsize=1 << 14, typed=True)
 
 # A linear form: (constant, ((atom, coefficient), ...)) with atoms sorted by their text.
 Linear = tuple[int, tuple[tuple[Dim, int], ...]]
@@ -77,12 +84,14 @@ def norm(d: Dim) -> Dim:
     return build(linear(d))
 
 
+@_memo
 def add(a: Dim, b: Dim) -> Dim:
     if a is None or b is None:
         return None
     return build(_combine(linear(a), linear(b), 1))
 
 
+@_memo
 def sub(a: Dim, b: Dim) -> Dim:
     if a is None or b is None:
         return None
@@ -103,6 +112,7 @@ def _monomial(factors: list[Dim]) -> Dim:
     return out
 
 
+@_memo
 def mul(a: Dim, b: Dim) -> Dim:
     """a * b, multiplied out: (H + 1) * W = H*W + W, with the factors of a product sorted."""
     if a is None or b is None:
@@ -119,6 +129,7 @@ def mul(a: Dim, b: Dim) -> Dim:
     return build(terms)
 
 
+@_memo
 def floor_div(a: Dim, b: Dim) -> Dim:
     """floor(a / b); for a constant b > 0 the multiples of b come out of the division."""
     if a is None or b is None:
@@ -144,6 +155,7 @@ def floor_div(a: Dim, b: Dim) -> Dim:
     return ShapeExpr("floor_div", norm(a), norm(b))
 
 
+@_memo
 def ceil_div(a: Dim, b: Dim) -> Dim:
     """ceil(a / b)."""
     if a is None or b is None:
