@@ -104,3 +104,16 @@ def test_float_data_is_read_from_the_wire_form_whatever_its_encoding(tmp_path, d
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
     w = load_onnx(tmp_path / "m.onnx").model.graph.initializers["w"]
     assert w.const.numpy().tobytes() == values.tobytes()
+
+
+def test_an_attribute_name_that_is_not_utf8_is_refused_by_name(tmp_path):
+    """Attribute names and ref_attr_names are checked without a message made per attribute: the
+    one that is not UTF-8 is still named, with its node."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])
+    g = helper.make_graph([helper.make_node("Transpose", ["x"], ["y"], name="t0", perm=[1, 0])], "g", [x], [y])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    assert data.count(b"perm") == 1
+    (tmp_path / "m.onnx").write_bytes(data.replace(b"perm", b"per\xff"))
+    with pytest.raises(InvalidModelError, match=r"an attribute name of 't0' is not valid UTF-8"):
+        load_onnx(tmp_path / "m.onnx", check=False, infer_shapes=False)

@@ -597,9 +597,12 @@ class _Importer:
         kind = _ATTR_TYPES.get(a.type)
         if kind is None:
             raise InvalidModelError(None, f"{owner}: attribute {a.name!r} has an unknown type {a.type}")
-        attr = Attribute(_text(a.name, f"an attribute name of {owner!r}"), kind,
-                         ref_attr_name=_text(a.ref_attr_name, f"a ref_attr_name of {owner!r}"), doc_string=_doc(a.doc_string))
-        if a.ref_attr_name:
+        name, ref = a.name, a.ref_attr_name
+        if type(name) is bytes or type(ref) is bytes:   # (the messages only then: two f-strings an attribute were a tenth of the import)
+            _text(name, f"an attribute name of {owner!r}")
+            _text(ref, f"a ref_attr_name of {owner!r}")
+        attr = Attribute(name, kind, ref_attr_name=ref, doc_string=_doc(a.doc_string))
+        if ref:
             return attr
         if kind == AttrType.FLOAT:
             attr.value = a.f
