@@ -78,7 +78,8 @@ class Tensor:
         """Bytes of the raw data (for STRING tensors: the sum of the string lengths)."""
         if self.string_data is not None:
             return sum(len(s) for s in self.string_data)
-        return len(self.raw)
+        raw = self._raw
+        return len(raw) if type(raw) is bytes else memoryview(raw).nbytes   # (asked for often: no cast)
 
     @property
     def is_parameter(self) -> bool:
