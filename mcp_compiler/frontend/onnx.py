@@ -765,7 +765,7 @@ def _packed_field(t: onnx.TensorProto, number: int, itemsize: int) -> bytes:
     or fixed64). Read through the Python field, element by element, Paddle's exports (every weight
     in float_data) spent 7 ms of a 0.4 s conversion here; serialized, the tensor is one C call."""
     data = t.SerializeToString()
-    runs, i, end = [], 0, len(data)
+    runs, i, end, groups = [], 0, len(data), 0
     fixed = 5 if itemsize == 4 else 1
     while i < end:
         key, i = _varint(data, i)
@@ -773,13 +773,14 @@ def _packed_field(t: onnx.TensorProto, number: int, itemsize: int) -> bytes:
         if wire == 0:
             i = _varint(data, i)[1]
             continue
+        if wire in (3, 4):   # an unknown field written as a group (kept by the parser): its contents skipped
+            groups += 1 if wire == 3 else -1
+            continue
         if wire == 2:
             size, i = _varint(data, i)
-        elif wire in (1, 5):
+        else:   # 1: fixed64, 5: fixed32 (the parser accepted no other wire type)
             size = 8 if wire == 1 else 4
-        else:   # groups: not in a TensorProto serialized by protobuf
-            raise InvalidModelError(None, f"tensor {t.name!r}: wire type {wire} in its serialized form")
-        if key >> 3 == number and wire in (2, fixed):
+        if not groups and key >> 3 == number and wire in (2, fixed):
             runs.append(data[i:i + size])
         i += size
     return b"".join(runs)
