@@ -251,7 +251,7 @@ class MCPIRModel:
         req = self._ov_request
         if self._compiler is not None:
             key = tuple((n, feeds[n].shape) for n in self._dynamic_inputs if n in feeds)
-            req = self._static.get(key) or req
+            req = self._static.get(key, req)
             if req is self._ov_request:
                 self._compiler.seen(key, feeds)
         return _outputs(req, req.infer(feeds), outputs or self.output_names)
