@@ -42,11 +42,14 @@ class CompileReport:
         return asdict(self)
 
 
-def load_model(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool = True) -> tuple[Model, str, list[str]]:
-    """Load an ONNX or MCP-IR file: (model, format, warnings).
+def load_model(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool = True,
+               last_logits: bool = True) -> tuple[Model, str, list[str]]:
+    """Load an ONNX, GGUF or MCP-IR file: (model, format, warnings).
 
     A file is MCP-IR when it carries the identifier or is named *.mcpir (then a wrong identifier
-    is reported as such, rather than as a failed ONNX parse).
+    is reported as such, rather than as a failed ONNX parse); GGUF by its magic or a *.gguf name
+    (its decoder is built: with `last_logits`, logits for one position a row, as a served entry
+    wants; without, Optimum's logits for every position).
     """
     path = Path(path)
     try:
@@ -58,6 +61,11 @@ def load_model(path: str | os.PathLike, *, check: bool = True, infer_shapes: boo
 
     if is_mcpir(head) or path.suffix == FILE_EXTENSION:
         return read_mcpir(path), "mcpir", []
+    if head[:4] == b"GGUF" or path.suffix == ".gguf":
+        from .frontend.gguf import load_gguf
+
+        loaded = load_gguf(path, check=check, infer_shapes=infer_shapes, last_logits=last_logits)
+        return loaded.model, "gguf", loaded.warnings
     loaded = load_onnx(path, check=check, infer_shapes=infer_shapes)
     return loaded.model, "onnx", loaded.warnings
 
@@ -145,9 +153,10 @@ def _target(options: CompileOptions):  # noqa: ANN202 - targets.Target or None
 
 def _load(input, options: CompileOptions) -> tuple[Model, str, list[str], list[str]]:  # noqa: ANN001
     c = options.checks
-    model, fmt, warnings = load_model(input, check=c.check, infer_shapes=c.infer_shapes)
+    model, fmt, warnings = load_model(input, check=c.check, infer_shapes=c.infer_shapes,
+                                      last_logits=options.target.name != "onnx")
     notes = []
-    if c.verify and fmt != "onnx":
+    if c.verify and fmt not in ("onnx", "gguf"):
         raise UsageError("--verify compares with onnxruntime on the original: give the .onnx model")
     if fmt == "onnx" and c.initializer_inputs == "weights":
         from .frontend.onnx import weights_not_inputs

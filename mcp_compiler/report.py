@@ -135,13 +135,32 @@ class Reporter:
         if r.target:
             for f in r.files:
                 self.out.print(f"  {f}", markup=False)
-        if r.verification:
+        if r.verification and r.verification.get("kind") == "llm":
+            from .llm.verify import LLMVerifyReport
+
+            v = dict(r.verification)
+            v.pop("ok", None)
+            v.pop("repository_", None)
+            self.verified(LLMVerifyReport(**v))
+        elif r.verification:
             from .reference import OutputCheck, VerifyReport
 
             v = dict(r.verification)
             v.pop("ok", None)
             v["outputs"] = [OutputCheck(**o) for o in v["outputs"]]
             self.verified(VerifyReport(**v))
+
+    def _llm_verified(self, r) -> None:  # noqa: ANN001 - llm.verify.LLMVerifyReport
+        self.out.print(f"verify {r.repository} (decoder LLM, {r.prompts} prompt(s), {r.steps} greedy steps each, "
+                       f"against {r.reference}; prompt logits within atol {r.atol:g} and cosine >= {r.cosine}, "
+                       "tokens identical):", markup=False)
+        for x in r.results:
+            state = "ok" if x["ok"] else f"FAILED: {x['why']}"
+            first = "identical" if x["first_difference"] is None else f"first difference at step {x['first_difference']}"
+            self.out.print(f"  prompt {x['index']} ({x['prompt_tokens']} tokens): logits max abs {x['logits_max_abs']:.3g}, "
+                           f"cosine {x['logits_cosine']:.6f}; {x['steps']} tokens {first}  {state}", markup=False)
+        for w in r.warnings:
+            self.warning(w)
 
     def _explained(self, passes: list[dict]) -> None:
         """--explain-pass: the candidate sites where no rule fired, and why."""
@@ -210,6 +229,9 @@ class Reporter:
     def verified(self, r) -> None:  # noqa: ANN001 - verify.VerifyReport
         if self.json_mode:
             self.json(r.to_dict())
+            return
+        if getattr(r, "kind", None) == "llm":
+            self._llm_verified(r)
             return
         ref = "" if getattr(r, "reference", "onnxruntime") == "onnxruntime" else f", original run by {r.reference}"
         inp = r.inputs or {}

@@ -245,8 +245,11 @@ def _state_pairs(model: Model, backend: str, p: ServingParams, warnings: list[st
         if p.state:
             raise UsageError("--state and --no-state: give one")
         return []
+    from mcp_compiler.llm.spec import find_llm
     from mcp_compiler.state import StatePair, find_state_pairs
 
+    if not p.state and not p.stateful and find_llm(model) is not None:
+        return []   # a decoder LLM: its KV cache is the decoder runtime's (mcp_runtime.decoder), not the sequence batcher's
     pairs = find_state_pairs(model) if not p.state else [StatePair(*_given_pair(model, x), "given", "--state") for x in p.state]
     if not pairs:
         if p.stateful:

@@ -63,6 +63,12 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     check_regular_input(input)
     model_dir = Path(repository)
     cfg = read_config(model_dir, missing=f"--repository {model_dir}: no config.pbtxt (expected DIR/NAME)")
+    from mcp_compiler.llm.verify import is_llm_file, verify_llm
+
+    if is_llm_file(input):
+        vdir = _latest_version(model_dir)
+        return verify_llm(input, vdir / "model.mcpir", load_runtime(vdir), repository=str(model_dir),
+                          **({"prompts": samples} if samples else {}))
     outputs = _check_same_interface(Path(input), cfg, model_dir)
     vdir = _latest_version(model_dir)
     backend = cfg.backend or "onnxruntime"

@@ -4,7 +4,7 @@ This package is copied into each model repository's version folder by mcp-cli (w
 FlatBuffers code generated from mcp_ir.fbs and the buffer verifier); it never imports mcp-cli.
 """
 
-__all__ = ["MCPIRError", "MCPIRModel", "SequenceState", "StateTableFull", "execution"]
+__all__ = ["Decoder", "MCPIRError", "MCPIRModel", "SequenceState", "StateTableFull", "execution"]
 
 
 def __getattr__(name: str) -> object:
@@ -14,6 +14,10 @@ def __getattr__(name: str) -> object:
         from . import runtime
 
         return getattr(runtime, name)
+    if name in ("Decoder", "greedy"):
+        from . import decoder
+
+        return getattr(decoder, name)
     if name in ("SequenceState", "StateTableFull"):
         from . import sequences
 

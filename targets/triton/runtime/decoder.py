@@ -1,0 +1,129 @@
+"""One decoder step over several sequences of different lengths, their KV cache kept outside.
+
+A decoder entry's model has Optimum's interface (input_ids, attention_mask, position_ids,
+past_key_values.N.key/value -> logits, present.N.key/value; mcp-cli's own graphs add
+logits_index, so a prefill computes the LM head for one position per row). `Decoder.step` runs
+one forward pass for a batch of sequences, each bringing its own new tokens (a prompt's prefill,
+or one token) and its own past: past caches are laid side by side, padded to the longest, with
+the padding masked out; new tokens are right-padded likewise. It returns each sequence's logits
+for its last new token, and hands each sequence the K/V of its new tokens to store (`Sequence`
+keeps them in growing arrays; a serving pool keeps them in its own blocks by overriding `past`
+and `store`). Standard library and numpy only: it ships in the entry.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+_PAST = re.compile(r"^past_key_values\.(\d+)\.key$")
+
+
+class Sequence:
+    """A sequence's tokens and its cache: per layer K and V [kv_heads, length, head_size]."""
+
+    def __init__(self, tokens: list[int], layers: int, kv_heads: int, head_size: int, capacity: int = 256) -> None:
+        self.tokens: list[int] = []
+        self.pending: list[int] = list(tokens)
+        self.length = 0                      # tokens whose K/V are cached
+        self._kv = np.zeros((2 * layers, kv_heads, max(capacity, 1), head_size), np.float32)
+
+    def past(self) -> np.ndarray:
+        """[2 * layers, kv_heads, length, head_size] (a view)."""
+        return self._kv[:, :, :self.length]
+
+    def store(self, new: np.ndarray) -> None:
+        """new: [2 * layers, kv_heads, n, head_size], the K/V of the tokens just run."""
+        n = new.shape[2]
+        if self.length + n > self._kv.shape[2]:
+            grown = np.zeros((*self._kv.shape[:2], max(2 * self._kv.shape[2], self.length + n), self._kv.shape[3]),
+                             np.float32)
+            grown[:, :, :self.length] = self._kv[:, :, :self.length]
+            self._kv = grown
+        self._kv[:, :, self.length:self.length + n] = new
+        self.length += n
+        self.tokens += self.pending
+        self.pending = []
+
+
+class Decoder:
+    """`runner` runs the model: `run(feeds, outputs) -> list of arrays`, with `input_names`,
+    and `input_shapes` ({name: shape}) or an onnxruntime `session`."""
+
+    def __init__(self, runner) -> None:  # noqa: ANN001
+        self.runner = runner
+        names = list(runner.input_names)
+        self.layers = len([n for n in names if _PAST.match(n)])
+        if self.layers == 0 or "input_ids" not in names:
+            raise ValueError("not a decoder with a KV cache (no input_ids / past_key_values.N.key inputs)")
+        shapes = getattr(runner, "input_shapes", None) or {i.name: i.shape for i in runner.session.get_inputs()}
+        dims = shapes["past_key_values.0.key"]
+        if len(dims) != 4 or not all(isinstance(d, int) for d in (dims[1], dims[3])):
+            raise ValueError(f"past_key_values.0.key has shape {dims}: its KV heads and head size must be fixed")
+        self.kv_heads, self.head_size = int(dims[1]), int(dims[3])
+        self.has_index = "logits_index" in names
+        self.has_positions = "position_ids" in names
+        self.outputs = ["logits"] + [f"present.{i}.{kv}" for i in range(self.layers) for kv in ("key", "value")]
+        self.steps = 0
+
+    def sequence(self, tokens: list[int], capacity: int = 256) -> Sequence:
+        return Sequence(tokens, self.layers, self.kv_heads, self.head_size, capacity)
+
+    def step(self, seqs: list[Sequence]) -> np.ndarray:
+        """One forward pass: each sequence's pending tokens; logits [len(seqs), vocab] of each
+        one's last new token; each sequence's cache grows by its new tokens."""
+        if not seqs or any(not s.pending for s in seqs):
+            raise ValueError("every sequence in a step needs at least one new token")
+        b = len(seqs)
+        past_len = max(s.length for s in seqs)
+        new_len = max(len(s.pending) for s in seqs)
+        ids = np.zeros((b, new_len), np.int64)
+        pos = np.zeros((b, new_len), np.int64)
+        mask = np.zeros((b, past_len + new_len), np.int64)
+        past = np.zeros((2 * self.layers, b, self.kv_heads, past_len, self.head_size), np.float32)
+        for r, s in enumerate(seqs):
+            n = len(s.pending)
+            ids[r, :n] = s.pending
+            pos[r, :n] = np.arange(s.length, s.length + n)
+            pos[r, n:] = s.length + n - 1          # padding: a position the row has (never past the context)
+            mask[r, :s.length] = 1
+            mask[r, past_len:past_len + n] = 1
+            if s.length:
+                past[:, r, :, :s.length] = s.past()
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if self.has_positions:
+            feeds["position_ids"] = pos
+        if self.has_index:
+            feeds["logits_index"] = np.array([len(s.pending) - 1 for s in seqs], np.int64)
+        for i in range(self.layers):
+            feeds[f"past_key_values.{i}.key"] = past[2 * i]
+            feeds[f"past_key_values.{i}.value"] = past[2 * i + 1]
+        got = self.runner.run(feeds, self.outputs)
+        logits = got[0]
+        present = got[1:]
+        rows = np.empty((b, logits.shape[-1]), np.float32)
+        for r, s in enumerate(seqs):
+            n = len(s.pending)
+            rows[r] = logits[r, 0 if self.has_index else n - 1]
+            s.store(np.stack([p[r, :, past_len:past_len + n] for p in present]))
+        self.steps += 1
+        return rows
+
+
+def greedy(decoder: Decoder, prompt: list[int], max_new: int, stop: set[int] = frozenset(),
+           first_logits: list | None = None) -> list[int]:
+    """Greedy tokens after `prompt` (prefill, then one token a step); the prompt's last logits
+    go to `first_logits` when given."""
+    seq = decoder.sequence(prompt, capacity=len(prompt) + max_new)
+    out: list[int] = []
+    for _ in range(max_new):
+        logits = decoder.step([seq])[0]
+        if first_logits is not None and not out:
+            first_logits.append(logits)
+        nxt = int(np.argmax(logits))
+        out.append(nxt)
+        if nxt in stop:
+            break
+        seq.pending = [nxt]
+    return out
