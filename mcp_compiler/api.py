@@ -441,8 +441,13 @@ def inspect(path: str | os.PathLike, values: bool = False) -> ModelSummary:
     s.shape_conflicts = list(result.stats["conflict_list"])
     s.no_shape_rule = dict(result.stats["no_rule"])
     s.input_sizes = _input_sizes(path)
+    from .llm.spec import find_llm
     from .state import find_state_pairs
 
+    llm = find_llm(model, Path(path))
+    if llm is not None:   # its KV cache is the decoder's, not state pairs for the sequence batcher
+        s.llm = llm.to_dict()
+        return s
     s.state_pairs = [p.to_dict() for p in find_state_pairs(model)]
     return s
 

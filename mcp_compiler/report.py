@@ -355,6 +355,16 @@ class Reporter:
                     self.out.print(f"    needs {c}", markup=False)
                 if len(info["constraints"]) > 6:
                     self.out.print(f"    and {len(info['constraints']) - 6} more", markup=False)
+        if s.llm:
+            m = s.llm
+            per = m.get("cache_bytes_per_token")
+            self.out.print(f"decoder LLM: {m.get('architecture') or '?'}, {m['layers']} layers, {m.get('heads') or '?'} heads, "
+                           f"{m.get('kv_heads') or '?'} KV heads of size {m.get('head_size') or '?'}, context "
+                           f"{m.get('context') or '?'}, vocab {m.get('vocab') or '?'}", markup=False)
+            if per:
+                full = f", {per * m['context'] / 2**20:.0f} MiB at the full context" if m.get("context") else ""
+                self.out.print(f"  KV cache: {per:,} bytes a token in float32 ({per * 1024 / 2**20:.1f} MiB per 1024 "
+                               f"tokens{full})", markup=False)
         if s.state_pairs:
             self.out.print("state (an input the model reads its state from -> the output of the next state):",
                            markup=False)

@@ -11,7 +11,7 @@ import onnx
 
 from ..llm import build
 from ..llm.gguf_file import GGUFModel, read_gguf
-from ..llm.spec import LLM_KEY, TOKENIZER_KEY, GENERATION_KEY, spec_json
+from ..llm.spec import GENERATION_KEY, LLM_KEY, TOKENIZER_KEY, spec_json
 from ..llm.tokenizer import from_gguf
 from .onnx import LoadedModel, load_onnx
 

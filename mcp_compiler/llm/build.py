@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .gguf_file import DENSE, DecoderSpec, GGUFModel, GGUFTensor
+from .gguf_file import DENSE, GGUFModel, GGUFTensor
 from .quants import BLOCK, Blockwise, concat_rows, repack
 
 OPSET = 18
@@ -67,13 +67,16 @@ class DecoderBuilder:
 
     def _blockwise(self, names: list[str]) -> Blockwise | None:
         ts = [self.gm.tensors[n] for n in names]
-        if self.dequantized or len({t.type for t in ts}) != 1 or ts[0].type in DENSE:
+        if self.dequantized or ts[0].type in DENSE:
             return None
         return concat_rows([repack(t.type, t.data, *t.shape) for t in ts])
 
     def linear(self, x: str, names: list[str], k: int) -> str:
         """x [.., K] @ W^T for the rows of `names` stacked (one matmul for Q, K and V)."""
         g = self.g
+        types = {self.gm.tensors[n].type for n in names}
+        if len(names) > 1 and len(types) > 1 and not self.dequantized:   # each in its own form
+            return g.op("Concat", [self.linear(x, [n], k) for n in names], axis=-1)
         w = self._blockwise(names)
         if w is None:
             dense = np.concatenate([self._float(self.gm.tensors[n]) for n in names])

@@ -109,14 +109,15 @@ def read_gguf(path: str | os.PathLike) -> GGUFModel:
     try:
         reader = GGUFReader(path, "r")
     except Exception as e:  # noqa: BLE001 - gguf raises ValueError, struct/numpy errors on bad bytes
-        raise InvalidModelError(path, f"not a readable GGUF file ({type(e).__name__}: {str(e)[:200]})") from None
+        raise InvalidModelError(path, "not a readable GGUF file: truncated, or a header that does not match its data "
+                                      f"({type(e).__name__}: {str(e)[:160]})") from None
     meta = _fields(reader, path)
     arch = meta.get("general.architecture")
     if not isinstance(arch, str):
         raise InvalidModelError(path, "GGUF metadata has no general.architecture")
     if arch not in ARCHITECTURES:
-        raise UnsupportedError(f"{path.name}: GGUF architecture {arch!r} is not supported "
-                               f"(supported: {', '.join(ARCHITECTURES)})")
+        raise InvalidModelError(path, f"GGUF architecture {arch!r} is not supported "
+                                      f"(supported: {', '.join(ARCHITECTURES)})")
     tensors = _tensors(reader, path, size)
     spec = _spec(meta, arch, tensors, path)
     _check_tensors(spec, tensors, path)
@@ -131,9 +132,9 @@ def _tensors(reader, path: Path, size: int) -> dict[str, GGUFTensor]:  # noqa: A
         tname = t.tensor_type.name
         shape = tuple(int(d) for d in reversed([int(x) for x in t.shape]))
         if tname not in TYPES:
-            raise UnsupportedError(f"{path.name}: tensor {t.name} is {tname}, which this frontend does not convert "
-                                   f"exactly (supported: {', '.join(TYPES)}); requantize the GGUF to Q4_0, Q4_1 "
-                                   "or Q8_0")
+            raise InvalidModelError(path, f"tensor {t.name} is {tname}, which this frontend does not convert "
+                                          f"exactly (supported: {', '.join(TYPES)}); requantize the GGUF to Q4_0, "
+                                          "Q4_1 or Q8_0")
         if t.name in out:
             raise InvalidModelError(path, f"tensor {t.name} is listed twice")
         count = math.prod(shape)

@@ -45,10 +45,11 @@ def from_gguf(meta: dict, path: Path) -> TokenizerInfo:
     model = meta.get("tokenizer.ggml.model")
     if model != "gpt2":
         raise UnsupportedError(f"{path.name}: tokenizer model {model!r} is not supported (gpt2: byte-level BPE)")
-    tokens, merges = meta.get("tokenizer.ggml.tokens"), meta.get("tokenizer.ggml.merges")
+    tokens, merges = meta.get("tokenizer.ggml.tokens"), meta.get("tokenizer.ggml.merges", [])
     types = meta.get("tokenizer.ggml.token_type") or []
-    if not isinstance(tokens, list) or not isinstance(merges, list) or not tokens:
-        raise InvalidModelError(path, "GGUF metadata lacks tokenizer.ggml.tokens or tokenizer.ggml.merges")
+    if not isinstance(tokens, list) or not isinstance(merges, list) or not tokens \
+            or not all(isinstance(t, str) for t in tokens) or not all(isinstance(m, str) and " " in m for m in merges):
+        raise InvalidModelError(path, "GGUF metadata tokenizer.ggml.tokens / merges are missing or not strings")
     pre = meta.get("tokenizer.ggml.pre", "default")
     if pre not in _PRE_DIGITS:
         raise UnsupportedError(f"{path.name}: pre-tokenizer {pre!r} is not supported ({', '.join(_PRE_DIGITS)})")

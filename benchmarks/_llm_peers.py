@@ -1,0 +1,76 @@
+"""The LLM peers of bench_llm.py, run in a benchmark venv of their own (torch, transformers,
+llama-cpp-python: never the project's dependencies). Reads a JSON job on stdin, writes JSON.
+
+job: {"peer": "transformers" | "llamacpp", "gguf": PATH, "prompts": [[ids]], "steps": N,
+      "threads": T, "speed": {"prompt": [ids], "decode": N} | null}
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def transformers_tokens(job: dict) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(job["threads"])
+    g = Path(job["gguf"])
+    model = AutoModelForCausalLM.from_pretrained(g.parent, gguf_file=g.name, torch_dtype=torch.float32)
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for ids in job["prompts"]:
+            x = torch.tensor([ids])
+            r = model(x, use_cache=True)
+            past, toks = r.past_key_values, []
+            for _ in range(job["steps"]):
+                nxt = int(r.logits[0, -1].argmax())
+                toks.append(nxt)
+                r = model(torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
+                past = r.past_key_values
+            out.append(toks)
+    import transformers
+
+    return {"tokens": out, "version": f"transformers {transformers.__version__}, torch {torch.__version__}"}
+
+
+def llamacpp(job: dict) -> dict:
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=job["gguf"], n_threads=job["threads"], n_threads_batch=job["threads"],
+                          n_ctx=2048, n_batch=512, verbose=False, logits_all=False)
+    res: dict = {"version": f"llama-cpp-python {llama_cpp.__version__}"}
+    if job.get("prompts"):
+        toks_all = []
+        for ids in job["prompts"]:
+            llm.reset()
+            toks = []
+            for t in llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
+                toks.append(int(t))
+                if len(toks) == job["steps"]:
+                    break
+            toks_all.append(toks)
+        res["tokens"] = toks_all
+    sp = job.get("speed")
+    if sp:
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(sp["prompt"])
+        t1 = time.perf_counter()
+        n = 0
+        for _ in llm.generate([], top_k=1, temp=0.0, repeat_penalty=1.0, reset=False):
+            n += 1
+            if n == sp["decode"]:
+                break
+        t2 = time.perf_counter()
+        res["prefill_tps"] = len(sp["prompt"]) / (t1 - t0)
+        res["decode_tps"] = n / (t2 - t1)
+    return res
+
+
+if __name__ == "__main__":
+    job = json.loads(sys.stdin.read())
+    fn = {"transformers": transformers_tokens, "llamacpp": llamacpp}[job["peer"]]
+    print(json.dumps(fn(job)))
