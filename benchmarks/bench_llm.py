@@ -73,7 +73,7 @@ def tokens(decoder, prompts: list[list[int]], steps: int) -> list[list[int]]:
 
 
 def speed(decoder, prompt: list[int], n: int) -> tuple[float, float]:
-    seq = decoder.sequence(prompt, capacity=len(prompt) + n + 1)
+    seq = decoder.sequence(prompt)
     t0 = time.perf_counter()
     logits = decoder.step([seq])[0]
     t1 = time.perf_counter()

@@ -7,8 +7,8 @@ one forward pass for a batch of sequences, each bringing its own new tokens (a p
 or one token) and its own past: past caches are laid side by side, padded to the longest, with
 the padding masked out; new tokens are right-padded likewise. It returns each sequence's logits
 for its last new token, and hands each sequence the K/V of its new tokens to store (`Sequence`
-keeps them in growing arrays; a serving pool keeps them in its own blocks by overriding `past`
-and `store`). Standard library and numpy only: it ships in the entry.
+keeps one contiguous array per layer and K/V, and a batch of one keeps the step's present outputs
+as they are; a serving pool keeps them in its own blocks by overriding `past` and `store`). Standard library and numpy only: it ships in the entry.
 """
 
 from __future__ import annotations
@@ -21,27 +21,26 @@ _PAST = re.compile(r"^past_key_values\.(\d+)\.key$")
 
 
 class Sequence:
-    """A sequence's tokens and its cache: per layer K and V [kv_heads, length, head_size]."""
+    """A sequence's tokens and its cache: per layer K and V [kv_heads, length, head_size], each
+    contiguous (a batch of one feeds them as they are, and keeps the step's present outputs as its
+    cache: no copy of the cache in Python)."""
 
-    def __init__(self, tokens: list[int], layers: int, kv_heads: int, head_size: int, capacity: int = 256) -> None:
+    def __init__(self, tokens: list[int], layers: int, kv_heads: int, head_size: int) -> None:
         self.tokens: list[int] = []
         self.pending: list[int] = list(tokens)
         self.length = 0                      # tokens whose K/V are cached
-        self._kv = np.zeros((2 * layers, kv_heads, max(capacity, 1), head_size), np.float32)
+        empty = np.zeros((kv_heads, 0, head_size), np.float32)
+        self._kv: list[np.ndarray] = [empty] * (2 * layers)
 
-    def past(self) -> np.ndarray:
-        """[2 * layers, kv_heads, length, head_size] (a view)."""
-        return self._kv[:, :, :self.length]
+    def past(self) -> list[np.ndarray]:
+        """2 * layers arrays [kv_heads, length, head_size]: K and V of layer 0, then layer 1, ..."""
+        return self._kv
 
-    def store(self, new: np.ndarray) -> None:
-        """new: [2 * layers, kv_heads, n, head_size], the K/V of the tokens just run."""
-        n = new.shape[2]
-        if self.length + n > self._kv.shape[2]:
-            grown = np.zeros((*self._kv.shape[:2], max(2 * self._kv.shape[2], self.length + n), self._kv.shape[3]),
-                             np.float32)
-            grown[:, :, :self.length] = self._kv[:, :, :self.length]
-            self._kv = grown
-        self._kv[:, :, self.length:self.length + n] = new
+    def store(self, new: list[np.ndarray], full: list[np.ndarray] | None = None) -> None:
+        """new: the K/V [kv_heads, n, head_size] of the tokens just run; `full`, when the step
+        computed past and new side by side without padding, the whole cache as it is now."""
+        n = new[0].shape[1]
+        self._kv = full if full is not None else [np.concatenate([p, x], axis=1) for p, x in zip(self._kv, new)]
         self.length += n
         self.tokens += self.pending
         self.pending = []
@@ -67,8 +66,8 @@ class Decoder:
         self.outputs = ["logits"] + [f"present.{i}.{kv}" for i in range(self.layers) for kv in ("key", "value")]
         self.steps = 0
 
-    def sequence(self, tokens: list[int], capacity: int = 256) -> Sequence:
-        return Sequence(tokens, self.layers, self.kv_heads, self.head_size, capacity)
+    def sequence(self, tokens: list[int]) -> Sequence:
+        return Sequence(tokens, self.layers, self.kv_heads, self.head_size)
 
     def step(self, seqs: list[Sequence]) -> np.ndarray:
         """One forward pass: each sequence's pending tokens; logits [len(seqs), vocab] of each
@@ -81,7 +80,6 @@ class Decoder:
         ids = np.zeros((b, new_len), np.int64)
         pos = np.zeros((b, new_len), np.int64)
         mask = np.zeros((b, past_len + new_len), np.int64)
-        past = np.zeros((2 * self.layers, b, self.kv_heads, past_len, self.head_size), np.float32)
         for r, s in enumerate(seqs):
             n = len(s.pending)
             ids[r, :n] = s.pending
@@ -89,8 +87,14 @@ class Decoder:
             pos[r, n:] = s.length + n - 1          # padding: a position the row has (never past the context)
             mask[r, :s.length] = 1
             mask[r, past_len:past_len + n] = 1
-            if s.length:
-                past[:, r, :, :s.length] = s.past()
+        if b == 1:   # nothing to pad: the cache as it is
+            past = [np.ascontiguousarray(a)[None] for a in seqs[0].past()]
+        else:
+            past = [np.zeros((b, self.kv_heads, past_len, self.head_size), np.float32) for _ in range(2 * self.layers)]
+            for r, s in enumerate(seqs):
+                if s.length:
+                    for k, a in enumerate(s.past()):
+                        past[k][r, :, :s.length] = a
         feeds = {"input_ids": ids, "attention_mask": mask}
         if self.has_positions:
             feeds["position_ids"] = pos
@@ -100,13 +104,13 @@ class Decoder:
             feeds[f"past_key_values.{i}.key"] = past[2 * i]
             feeds[f"past_key_values.{i}.value"] = past[2 * i + 1]
         got = self.runner.run(feeds, self.outputs)
-        logits = got[0]
-        present = got[1:]
+        logits, present = got[0], got[1:]
         rows = np.empty((b, logits.shape[-1]), np.float32)
         for r, s in enumerate(seqs):
             n = len(s.pending)
             rows[r] = logits[r, 0 if self.has_index else n - 1]
-            s.store(np.stack([p[r, :, past_len:past_len + n] for p in present]))
+            new = [p[r, :, past_len:past_len + n] for p in present]
+            s.store(new, full=[p[0] for p in present] if b == 1 else None)
         self.steps += 1
         return rows
 
@@ -115,7 +119,7 @@ def greedy(decoder: Decoder, prompt: list[int], max_new: int, stop: set[int] = f
            first_logits: list | None = None) -> list[int]:
     """Greedy tokens after `prompt` (prefill, then one token a step); the prompt's last logits
     go to `first_logits` when given."""
-    seq = decoder.sequence(prompt, capacity=len(prompt) + max_new)
+    seq = decoder.sequence(prompt)
     out: list[int] = []
     for _ in range(max_new):
         logits = decoder.step([seq])[0]
