@@ -140,7 +140,6 @@ class Reporter:
 
             v = dict(r.verification)
             v.pop("ok", None)
-            v.pop("repository_", None)
             self.verified(LLMVerifyReport(**v))
         elif r.verification:
             from .reference import OutputCheck, VerifyReport

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -10,16 +9,16 @@ from pathlib import Path
 import onnx
 
 from ..llm import build
-from ..llm.gguf_file import GGUFModel, read_gguf
+from ..llm.gguf_file import read_gguf
 from ..llm.spec import GENERATION_KEY, LLM_KEY, TOKENIZER_KEY, spec_json
 from ..llm.tokenizer import from_gguf
 from .onnx import LoadedModel, load_onnx
 
 
 def gguf_decoder(path: str | os.PathLike, *, last_logits: bool, dequantized: bool = False,
-                 accuracy_level: int = build.ACCURACY_FLOAT, gm: GGUFModel | None = None) -> onnx.ModelProto:
+                 accuracy_level: int = build.ACCURACY_FLOAT) -> onnx.ModelProto:
     """The GGUF's decoder as an ONNX model, its tokenizer and description in the metadata."""
-    gm = gm or read_gguf(path)
+    gm = read_gguf(path)
     tok = from_gguf(gm.metadata, gm.path)
     proto = build.build_decoder(gm, dequantized=dequantized, last_logits=last_logits, accuracy_level=accuracy_level)
     source = {"format": "gguf", "file": gm.path.name, "bytes": gm.file_bytes,
@@ -44,8 +43,3 @@ def load_gguf(path: str | os.PathLike, *, check: bool = True, infer_shapes: bool
         loaded = load_onnx(tmp, check=check, infer_shapes=infer_shapes)
     loaded.path = path
     return loaded
-
-
-def describe(path: str | os.PathLike) -> dict:
-    gm = read_gguf(path)
-    return json.loads(spec_json(gm.spec, {"format": "gguf", "file": gm.path.name, "bytes": gm.file_bytes}))

@@ -65,12 +65,6 @@ class Blockwise:
         c = self.parts[0].codes
         return c.shape[0], c.shape[1] * BLOCK
 
-    @property
-    def nbytes(self) -> int:
-        """What the entry stores for it."""
-        total = sum(p.codes.nbytes + p.d.nbytes + p.zero_points().nbytes for p in self.parts)
-        return total + (0 if self.mins is None else self.mins.nbytes)
-
     def dequantize(self) -> np.ndarray:
         """float32 [N, K]: the parts dequantized as MatMulNBits does, summed, plus the minimums."""
         n, k = self.shape

@@ -75,7 +75,7 @@ def find_llm(model, path: Path | None = None) -> LLMInfo | None:  # noqa: ANN001
         for k in ("context", "heads", "hidden", "vocab", "architecture", "source"):
             setattr(info, k, recorded.get(k))
     elif path is not None:
-        cfg = _config(Path(path).parent / "config.json")
+        cfg = json_object(Path(path).parent / "config.json")
         info.context = cfg.get("max_position_embeddings")
         info.heads, info.hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
         info.vocab, info.architecture = cfg.get("vocab_size"), cfg.get("model_type")
@@ -83,7 +83,9 @@ def find_llm(model, path: Path | None = None) -> LLMInfo | None:  # noqa: ANN001
     return info
 
 
-def _config(p: Path) -> dict:
+def json_object(p: Path) -> dict:
+    """A JSON file's object; {} when it is absent, unreadable or not an object (optional files
+    beside a model: config.json, tokenizer_config.json)."""
     try:
         d = json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
     except (OSError, ValueError):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InvalidModelError, UnsupportedError
+from .spec import json_object
 
 # GGML token types
 _CONTROL, _USER_DEFINED = 3, 4
@@ -83,8 +84,8 @@ def beside_onnx(model_path: Path) -> TokenizerInfo | None:
     if not tj.is_file():
         return None
     text = tj.read_text(encoding="utf-8")
-    cfg = _json(folder / "tokenizer_config.json")
-    gen = _json(folder / "generation_config.json")
+    cfg = json_object(folder / "tokenizer_config.json")
+    gen = json_object(folder / "generation_config.json")
     vocab = {a["content"]: a["id"] for a in json.loads(text).get("added_tokens", [])}
 
     def token_id(v: object) -> int | None:
@@ -96,14 +97,6 @@ def beside_onnx(model_path: Path) -> TokenizerInfo | None:
     eos_ids = [e for e in (eos if isinstance(eos, list) else [eos]) if isinstance(e, int)]
     return TokenizerInfo(text, cfg.get("chat_template") if isinstance(cfg.get("chat_template"), str) else None,
                          token_id(cfg.get("bos_token")), eos_ids)
-
-
-def _json(p: Path) -> dict:
-    try:
-        d = json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
-    except (OSError, ValueError):
-        return {}
-    return d if isinstance(d, dict) else {}
 
 
 class ChatTokenizer:
