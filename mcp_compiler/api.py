@@ -61,7 +61,9 @@ def load_model(path: str | os.PathLike, *, check: bool = True, infer_shapes: boo
 
     if is_mcpir(head) or path.suffix == FILE_EXTENSION:
         return read_mcpir(path), "mcpir", []
-    if head[:4] == b"GGUF" or path.suffix == ".gguf":
+    from .llm.gguf_file import is_gguf
+
+    if is_gguf(head) or path.suffix == ".gguf":
         from .frontend.gguf import load_gguf
 
         loaded = load_gguf(path, check=check, infer_shapes=infer_shapes, last_logits=last_logits)

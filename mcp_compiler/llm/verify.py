@@ -76,32 +76,10 @@ class OrtRunner:
         return self.session.run(outputs, {k: v for k, v in feeds.items() if k in names})
 
 
-def is_llm_file(path: str | os.PathLike) -> bool:
-    """A GGUF, or an ONNX model whose inputs are a decoder's (input_ids and a KV cache)."""
-    p = Path(path)
-    try:
-        with open(p, "rb") as f:
-            head = f.read(4)
-    except OSError:
-        return False
-    if head == b"GGUF":
-        return True
-    if p.suffix != ".onnx":
-        return False
-    import onnx
-
-    try:
-        g = onnx.load(str(p), load_external_data=False).graph
-    except Exception:  # noqa: BLE001 - not readable as ONNX: the ordinary verify says why
-        return False
-    names = {i.name for i in g.input}
-    return "input_ids" in names and "past_key_values.0.key" in names
-
-
 def reference_runner(original: Path, threads: int | None = None) -> tuple[OrtRunner, str]:
-    with open(original, "rb") as f:
-        gguf = f.read(4) == b"GGUF"
-    if gguf:
+    from .gguf_file import is_gguf_file
+
+    if is_gguf_file(original):
         from ..frontend.gguf import gguf_decoder
 
         proto = gguf_decoder(original, last_logits=True, dequantized=True)

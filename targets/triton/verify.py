@@ -63,14 +63,16 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     check_regular_input(input)
     model_dir = Path(repository)
     cfg = read_config(model_dir, missing=f"--repository {model_dir}: no config.pbtxt (expected DIR/NAME)")
-    from mcp_compiler.llm.verify import is_llm_file, verify_llm
+    from mcp_compiler.llm.gguf_file import is_gguf_file
 
-    if is_llm_file(input):
-        vdir = _latest_version(model_dir)
+    gguf = is_gguf_file(input)   # (its decoder is built by mcp-cli: no interface of its own to compare)
+    outputs = [] if gguf else _check_same_interface(Path(input), cfg, model_dir)
+    vdir = _latest_version(model_dir)
+    if gguf or _decoder_entry(cfg):
+        from mcp_compiler.llm.verify import verify_llm
+
         return verify_llm(input, vdir / "model.mcpir", load_runtime(vdir), repository=str(model_dir),
                           **({"prompts": samples} if samples else {}))
-    outputs = _check_same_interface(Path(input), cfg, model_dir)
-    vdir = _latest_version(model_dir)
     backend = cfg.backend or "onnxruntime"
     level = cfg.parameters[P.QUANTIZATION_LEVEL].string_value if P.QUANTIZATION_LEVEL in cfg.parameters else "none"
     params = {k: v.string_value for k, v in cfg.parameters.items()}
@@ -106,6 +108,12 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
 
 
 SEQUENCE_STEPS = 3
+
+
+def _decoder_entry(cfg) -> bool:  # noqa: ANN001 - ModelConfig
+    """A decoder LLM's entry: token ids and a KV cache in (mcp_compiler.llm.spec's names)."""
+    names = {i.name for i in cfg.input}
+    return "input_ids" in names and "past_key_values.0.key" in names
 
 
 def _verify_sequence(original: Path, vdir: Path, cfg, report: VerifyReport) -> None:  # noqa: ANN001 - ModelConfig
