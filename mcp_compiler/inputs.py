@@ -132,7 +132,10 @@ def plan(model: Model, dims: dict[str, int] | None = None, *, fold: bool = True,
 
     if fold:
         _fold(model)
+    from .llm.spec import decoder_sizes
+
     dims = dict(dims or {})
+    dims.update(decoder_sizes(model, dims))   # a decoder's lengths are tied: the mask's = past + new
     inf = Inference(model.graph, model.onnx_opset, taken=model_symbols(model))
     inf.run()
     shapes = {v.name: _shape(v, inf.shapes.get(id(v))) for v in interface(model)}

@@ -83,6 +83,33 @@ def find_llm(model, path: Path | None = None) -> LLMInfo | None:  # noqa: ANN001
     return info
 
 
+# a decoder request's default: a prefill of REQUEST_NEW tokens after REQUEST_PAST cached ones
+REQUEST_PAST, REQUEST_NEW = 16, 16
+
+
+def decoder_sizes(model, given: dict[str, int]) -> dict[str, int]:  # noqa: ANN001 - mcp_compiler.ir.Model
+    """A decoder's cache, new-token and mask lengths for a request: the mask's length is the past's
+    plus the new tokens' (no op says so in a way shape inference can use: the mask's bias
+    broadcasts against the scores), sized together from what `given` fixes; {} for a model that is
+    not a decoder, or whose three lengths are not distinct symbols."""
+    if find_llm(model) is None:
+        return {}
+    shapes = {v.name: list(getattr(v.type, "shape", None) or []) for v in model.graph.inputs}
+    try:
+        new, past, total = (shapes["input_ids"][1], shapes["past_key_values.0.key"][2], shapes["attention_mask"][1])
+    except (KeyError, IndexError):
+        return {}
+    if not all(isinstance(s, str) for s in (new, past, total)) or len({new, past, total}) < 3:
+        return {}
+    p, n = given.get(past, REQUEST_PAST), given.get(new, REQUEST_NEW)
+    if total in given and given[total] != p + n:
+        from ..errors import UsageError
+
+        raise UsageError(f"--dims {total}={given[total]}: a decoder's mask covers the cache and the new tokens, "
+                         f"{past} + {new} = {p + n}")
+    return {past: p, new: n, total: p + n}
+
+
 def json_object(p: Path) -> dict:
     """A JSON file's object; {} when it is absent, unreadable or not an object (optional files
     beside a model: config.json, tokenizer_config.json)."""

@@ -219,3 +219,30 @@ def test_bad_gguf_one_error_line_exit_2_nothing_written(tiny, tmp_path, make, ex
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "repo").exists() and not list(tmp_path.glob(".*staging*"))
     assert expect in lines[0], lines[0]
+
+
+def test_recorded_request_of_a_decoder_entry_runs(tiny, tmp_path):
+    # bench --url and clients with the config alone send this request: the mask's length must be
+    # the cache's plus the new tokens' (sized alike, every request failed in the served model)
+    from mcp_compiler.targets.triton.entry import read_config
+    from mcp_compiler.targets.triton.verify import load_runtime
+
+    r = _cli("convert", str(tiny), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"))
+    assert r.returncode == 0, r.stderr
+    entry = tmp_path / "repo" / "tiny"
+    request = json.loads(read_config(entry, missing="no config").parameters["mcp_request"].string_value)
+    shapes = {k: v["shape"] for k, v in request.items()}
+    assert shapes["attention_mask"][1] == shapes["input_ids"][1] + shapes["past_key_values.0.key"][2]
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for name, spec in request.items():
+        how = spec["values"]
+        if how[0] == "range":
+            feeds[name] = rng.integers(how[1], how[2], spec["shape"]).astype(np.int64)
+        elif how[0] == "choice":
+            feeds[name] = rng.choice(how[1], spec["shape"]).astype(np.int64)
+        else:
+            feeds[name] = rng.standard_normal(spec["shape"]).astype(np.float32)
+    model = load_runtime(entry / "1").MCPIRModel(entry / "1" / "model.mcpir")
+    logits = model.run(feeds, ["logits"])[0]
+    assert logits.shape == (1, 1, VOCAB) and np.isfinite(logits).all()
