@@ -16,16 +16,19 @@ from .onnx import LoadedModel, load_onnx
 
 
 def gguf_decoder(path: str | os.PathLike, *, last_logits: bool, dequantized: bool = False,
-                 accuracy_level: int = build.ACCURACY_FLOAT) -> onnx.ModelProto:
-    """The GGUF's decoder as an ONNX model, its tokenizer and description in the metadata."""
+                 accuracy_level: int = build.ACCURACY_FLOAT, fused: bool = True) -> onnx.ModelProto:
+    """The GGUF's decoder as an ONNX model, its tokenizer and description in the metadata
+    (fused: onnxruntime's fused ops and GroupQueryAttention's packed cache; else Optimum's plain
+    graph, as torch exports it)."""
     gm = read_gguf(path)
     tok = from_gguf(gm.metadata, gm.path)
-    proto = build.build_decoder(gm, dequantized=dequantized, last_logits=last_logits, accuracy_level=accuracy_level)
+    proto = build.build_decoder(gm, dequantized=dequantized, last_logits=last_logits, accuracy_level=accuracy_level,
+                                fused=fused)
     source = {"format": "gguf", "file": gm.path.name, "bytes": gm.file_bytes,
               "types": sorted({t.type for t in gm.tensors.values()}),
               "weights": "float32 (dequantized)" if dequantized else "GGUF blocks as 4-bit MatMulNBits",
               "accuracy_level": accuracy_level}
-    meta = {LLM_KEY: spec_json(gm.spec, source), TOKENIZER_KEY: tok.tokenizer_json, GENERATION_KEY: tok.to_json()}
+    meta = {LLM_KEY: spec_json(gm.spec, source, "packed" if fused else "padded"), TOKENIZER_KEY: tok.tokenizer_json, GENERATION_KEY: tok.to_json()}
     for k, v in meta.items():
         proto.metadata_props.add(key=k, value=v)
     return proto

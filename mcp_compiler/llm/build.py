@@ -1,9 +1,15 @@
 """A GGUF decoder as an ONNX decoder with Optimum's interface and its KV cache as inputs/outputs.
 
-Inputs `input_ids`, `attention_mask`, `position_ids` and `past_key_values.N.key/value`
-[batch, kv_heads, past, head_size]; outputs `logits` and `present.N.key/value` (past and the new
-tokens). The attention mask covers past and new tokens, so sequences of different lengths run in
-one step: each row's unused cache slots are masked out, its positions given by `position_ids`.
+Inputs `input_ids`, `attention_mask` and `past_key_values.N.key/value`
+[batch, kv_heads, past, head_size]; outputs `logits` and `present.N.key/value`. The layers are
+onnxruntime's fused ops, as onnxruntime-genai's builder makes them (SkipSimplifiedLayerNormalization,
+GroupQueryAttention with the rotary inside): the cache is "packed", as GroupQueryAttention keeps
+it: a row's cached tokens start at 0, its attention mask is ones for its cached and new tokens
+then zeros, and its new tokens' K/V land right after its own cached ones in `present` (so rows of
+different lengths run in one step; positions are each row's cache length onwards, as the
+rotary inside GroupQueryAttention counts them: no `position_ids`, as onnxruntime-genai's models).
+`fused=False` builds Optimum's plain graph instead, as torch exports it: `position_ids` given, the
+cache "padded" (present = past then the new tokens; a row's unused cache slots masked out).
 
 Weights stay as GGUF stored them (quants.py: MatMulNBits, the embedding gathered from the same
 codes); `dequantized=True` builds the float32 reference, every weight dequantized by gguf's own
@@ -53,8 +59,9 @@ class _Graph:
 
 class DecoderBuilder:
     def __init__(self, gm: GGUFModel, *, dequantized: bool = False, last_logits: bool = False,
-                 accuracy_level: int = ACCURACY_FLOAT) -> None:
+                 accuracy_level: int = ACCURACY_FLOAT, fused: bool = True) -> None:
         self.gm, self.spec, self.g = gm, gm.spec, _Graph()
+        self.fused = fused
         self.dequantized, self.last_logits, self.accuracy = dequantized, last_logits, accuracy_level
 
     # -- weights ------------------------------------------------------------------------------
@@ -138,15 +145,63 @@ class DecoderBuilder:
             x = g.op("Add", [x, g.op("Unsqueeze", [m, axis])])
         return g.op("Reshape", [x, g.const(np.array([0, 0, self.spec.hidden], np.int64))]), w
 
-    def rms_norm(self, x: str, weight: str) -> str:
+    def rms_norm(self, x: str, weight: str, skip: str | None = None) -> tuple[str, str]:
+        """RMSNorm of x (of x + skip, the residual stream, when given): (normed, the sum)."""
         g = self.g
-        var = g.op("ReduceMean", [g.op("Mul", [x, x]), g.const(np.array([-1], np.int64))], keepdims=1)
-        inv = g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [var, g.const(np.array(self.spec.rms_eps, np.float32))])])])
-        w = self._float(self.gm.tensors[weight])
-        return g.op("Mul", [g.op("Mul", [x, inv]), g.const(w, "norm")])
+        w = g.const(self._float(self.gm.tensors[weight]), "norm")
+        if skip is None:   # the first norm: plain ops (SimplifiedLayerNormalization is not in ONNX's checker)
+            var = g.op("ReduceMean", [g.op("Mul", [x, x]), g.const(np.array([-1], np.int64))], keepdims=1)
+            inv = g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [var, g.const(np.array(self.spec.rms_eps, np.float32))])])])
+            return g.op("Mul", [g.op("Mul", [x, inv]), w]), x
+        out = g.op("SkipSimplifiedLayerNormalization", [x, skip, w], n_out=4, domain=MS, epsilon=self.spec.rms_eps)
+        return out[0], out[3]
 
     # -- the graph ----------------------------------------------------------------------------
-    def rope_tables(self, positions: str) -> tuple[str, str]:
+    def rope_cache(self) -> tuple[str, str]:
+        """cos and sin [context, head_size / 2], as transformers computes them: inv_freq in
+        float32, position * inv_freq in float32."""
+        s, g = self.spec, self.g
+        inv = (1.0 / (np.float32(s.rope_base) ** (np.arange(0, s.head_size, 2, dtype=np.int64).astype(np.float32)
+                                                  / np.float32(s.head_size)))).astype(np.float32)
+        if self.gm.rope_freqs is not None:
+            inv = (inv / self.gm.rope_freqs).astype(np.float32)
+        pos = (np.arange(s.context, dtype=np.float32) / np.float32(s.rope_scale)).astype(np.float32)
+        freqs = np.outer(pos, inv).astype(np.float32)
+        return g.const(np.cos(freqs).astype(np.float32), "rope_cos"), g.const(np.sin(freqs).astype(np.float32), "rope_sin")
+
+    def cache_lengths(self, mask: str) -> tuple[str, str]:
+        """GroupQueryAttention's seqlens_k (each row's tokens minus one: its mask's ones, which
+        start at 0 and run unbroken) and total_sequence_length (the mask's width)."""
+        g = self.g
+        ones = g.op("ReduceSum", [mask, g.const(np.array([1], np.int64))], keepdims=0)
+        seqlens = g.op("Cast", [g.op("Sub", [ones, g.const(np.array(1, np.int64))])], to=TensorProto.INT32)
+        width = g.op("Gather", [g.op("Shape", [mask]), g.const(np.array(1, np.int64))])
+        return seqlens, g.op("Cast", [width], to=TensorProto.INT32)
+
+    def layer(self, i: int, x: str, h: str, rope: tuple[str, str], lengths: tuple[str, str]) -> tuple[str, str]:
+        """x: the residual stream, h: its attention norm -> (the stream after the layer's
+        attention, its FFN's output): the next norm adds them."""
+        s, g = self.spec, self.g
+        b = f"blk.{i}."
+        qkv = self.linear(h, [b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"], s.hidden)
+        if s.qkv_bias:
+            bias_qkv = np.concatenate([self._float(self.gm.tensors[b + n]) for n in ("attn_q.bias", "attn_k.bias", "attn_v.bias")])
+            qkv = g.op("Add", [qkv, g.const(bias_qkv, "qkv_bias")])
+        # packed Q|K|V; rotary (each row's positions from its own cache length), the cache, the
+        # causal softmax, grouped-query heads without repeating K/V: one fused op
+        ctx, pk, pv = g.op("GroupQueryAttention", [qkv, "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value",
+                                                   *lengths, *rope], n_out=3, domain=MS, num_heads=s.heads,
+                           kv_num_heads=s.kv_heads, do_rotary=1, rotary_interleaved=int(s.rope == "interleaved"))
+        self._present += [(pk, f"present.{i}.key"), (pv, f"present.{i}.value")]
+        attn = self.linear(ctx, [b + "attn_output.weight"], s.hidden)
+        h, x = self.rms_norm(attn, b + "ffn_norm.weight", skip=x)
+        gate, up = g.op("Split", [self.linear(h, [b + "ffn_gate.weight", b + "ffn_up.weight"], s.hidden),
+                                  g.const(np.array([s.ffn, s.ffn], np.int64))], n_out=2, axis=-1)
+        act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
+        return x, self.linear(act, [b + "ffn_down.weight"], s.ffn)
+
+    # -- Optimum's plain graph (padded cache, position_ids): what torch exports -----------------
+    def _rope_tables(self, positions: str) -> tuple[str, str]:
         s, g = self.spec, self.g
         half = s.head_size // 2
         # as transformers computes them: inv_freq in float32, position * inv_freq in float32
@@ -163,7 +218,7 @@ class DecoderBuilder:
             out.append(g.op("Unsqueeze", [got, g.const(np.array(axis, np.int64))]))
         return out[0], out[1]
 
-    def rotate(self, x: str, cos: str, sin: str) -> str:
+    def _rotate(self, x: str, cos: str, sin: str) -> str:
         """x [B, h, S, hd]: GGML's NORM rotary (pairs 2i, 2i+1) or NEOX's (i, i + hd/2)."""
         s, g = self.spec, self.g
         half = s.head_size // 2
@@ -179,7 +234,7 @@ class DecoderBuilder:
             y = g.op("Reshape", [y, g.const(np.array([0, 0, 0, s.head_size], np.int64))])
         return y
 
-    def attention_bias(self, mask: str, ids: str) -> str:
+    def _attention_bias(self, mask: str, ids: str) -> str:
         """[B, 1, groups * S, T]: 0 where row s may see key t (t <= T - S + s and mask[t] = 1)."""
         g, s = self.g, self.spec
         i64 = lambda v: g.const(np.array(v, np.int64))  # noqa: E731
@@ -194,11 +249,11 @@ class DecoderBuilder:
         groups = s.heads // s.kv_heads
         return bias if groups == 1 else g.op("Concat", [bias] * groups, axis=2)
 
-    def layer(self, i: int, x: str, cos: str, sin: str, bias: str, io: dict) -> str:
+    def _plain_layer(self, i: int, x: str, cos: str, sin: str, bias: str) -> str:
         s, g = self.spec, self.g
         b = f"blk.{i}."
         kv = s.kv_heads * s.head_size
-        h = self.rms_norm(x, b + "attn_norm.weight")
+        h, _ = self.rms_norm(x, b + "attn_norm.weight")
         qkv = self.linear(h, [b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"], s.hidden)
         if s.qkv_bias:
             bias_qkv = np.concatenate([self._float(self.gm.tensors[b + n]) for n in ("attn_q.bias", "attn_k.bias", "attn_v.bias")])
@@ -209,13 +264,13 @@ class DecoderBuilder:
             r = g.op("Reshape", [t, g.const(np.array([0, 0, n, s.head_size], np.int64))])
             return g.op("Transpose", [r], perm=[0, 2, 1, 3])
 
-        q = self.rotate(heads(q, s.heads), cos, sin)
-        k = self.rotate(heads(k, s.kv_heads), cos, sin)
+        q = self._rotate(heads(q, s.heads), cos, sin)
+        k = self._rotate(heads(k, s.kv_heads), cos, sin)
         v = heads(v, s.kv_heads)
         pk, pv = f"past_key_values.{i}.key", f"past_key_values.{i}.value"
         k_all = g.op("Concat", [pk, k], axis=2, base=f"present.{i}.key")
         v_all = g.op("Concat", [pv, v], axis=2, base=f"present.{i}.value")
-        io["present"] += [(k_all, f"present.{i}.key"), (v_all, f"present.{i}.value")]
+        self._present += [(k_all, f"present.{i}.key"), (v_all, f"present.{i}.value")]
         # grouped-query attention without repeating K/V: the groups of a KV head as more rows
         qg = g.op("Reshape", [q, g.const(np.array([0, s.kv_heads, -1, s.head_size], np.int64))])
         scores = g.op("MatMul", [qg, g.op("Transpose", [k_all], perm=[0, 1, 3, 2])])
@@ -224,7 +279,7 @@ class DecoderBuilder:
         ctx = g.op("Reshape", [ctx, g.const(np.array([0, s.heads, -1, s.head_size], np.int64))])
         ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), g.const(np.array([0, 0, s.hidden], np.int64))])
         x = g.op("Add", [x, self.linear(ctx, [b + "attn_output.weight"], s.hidden)])
-        h = self.rms_norm(x, b + "ffn_norm.weight")
+        h, _ = self.rms_norm(x, b + "ffn_norm.weight")
         gate, up = g.op("Split", [self.linear(h, [b + "ffn_gate.weight", b + "ffn_up.weight"], s.hidden),
                                   g.const(np.array([s.ffn, s.ffn], np.int64))], n_out=2, axis=-1)
         act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
@@ -233,19 +288,27 @@ class DecoderBuilder:
     def build(self) -> onnx.ModelProto:
         s, g = self.spec, self.g
         x, embd = self.embedding("input_ids")
-        cos, sin = self.rope_tables("position_ids")
-        bias = self.attention_bias("attention_mask", "input_ids")
-        io: dict = {"present": []}
-        for i in range(s.layers):
-            x = self.layer(i, x, cos, sin, bias, io)
-        x = self.rms_norm(x, "output_norm.weight")
+        self._present: list[tuple[str, str]] = []
+        if self.fused:
+            rope, lengths = self.rope_cache(), self.cache_lengths("attention_mask")
+            h, _ = self.rms_norm(x, "blk.0.attn_norm.weight")
+            for i in range(s.layers):
+                x, ffn = self.layer(i, x, h, rope, lengths)
+                norm = f"blk.{i + 1}.attn_norm.weight" if i + 1 < s.layers else "output_norm.weight"
+                h, x = self.rms_norm(ffn, norm, skip=x)
+        else:
+            cos, sin = self._rope_tables("position_ids")
+            bias = self._attention_bias("attention_mask", "input_ids")
+            for i in range(s.layers):
+                x = self._plain_layer(i, x, cos, sin, bias)
+            h, _ = self.rms_norm(x, "output_norm.weight")
         if self.last_logits:   # [B, S, H] -> the row's one position [B, 1, H]
             idx = g.op("Unsqueeze", ["logits_index", g.const(np.array([1, 2], np.int64))])
             idx = g.op("Expand", [idx, g.const(np.array([1, 1, s.hidden], np.int64))])
-            x = g.op("GatherElements", [x, idx], axis=1)
+            h = g.op("GatherElements", [h, idx], axis=1)
         head = "output.weight" if not s.tied else "token_embd.weight"
-        logits = self._lm_head(x, head, embd)
-        return self._model(logits, io["present"])
+        logits = self._lm_head(h, head, embd)
+        return self._model(logits, self._present)
 
     def _lm_head(self, x: str, head: str, embd: Blockwise | None) -> str:
         g = self.g
@@ -257,13 +320,15 @@ class DecoderBuilder:
 
     def _model(self, logits: str, present: list[tuple[str, str]]) -> onnx.ModelProto:
         s, g = self.spec, self.g
-        g.nodes.append(helper.make_node("Identity", [logits], ["logits"], name="logits"))
-        for src, name in present:
-            g.nodes.append(helper.make_node("Identity", [src], [name], name=name))
+        rename = {logits: "logits", **dict(present)}
+        for node in g.nodes:   # the graph's outputs under their interface names
+            node.input[:] = [rename.get(o, o) for o in node.input]
+            node.output[:] = [rename.get(o, o) for o in node.output]
         f, i64 = TensorProto.FLOAT, TensorProto.INT64
         inputs = [helper.make_tensor_value_info("input_ids", i64, ["batch_size", "sequence_length"]),
-                  helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"]),
-                  helper.make_tensor_value_info("position_ids", i64, ["batch_size", "sequence_length"])]
+                  helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"])]
+        if not self.fused:
+            inputs.append(helper.make_tensor_value_info("position_ids", i64, ["batch_size", "sequence_length"]))
         if self.last_logits:
             inputs.append(helper.make_tensor_value_info("logits_index", i64, ["batch_size"]))
         cache = ["batch_size", s.kv_heads, "past_sequence_length", s.head_size]
@@ -283,5 +348,6 @@ class DecoderBuilder:
 
 
 def build_decoder(gm: GGUFModel, *, dequantized: bool = False, last_logits: bool = False,
-                  accuracy_level: int = ACCURACY_FLOAT) -> onnx.ModelProto:
-    return DecoderBuilder(gm, dequantized=dequantized, last_logits=last_logits, accuracy_level=accuracy_level).build()
+                  accuracy_level: int = ACCURACY_FLOAT, fused: bool = True) -> onnx.ModelProto:
+    return DecoderBuilder(gm, dequantized=dequantized, last_logits=last_logits, accuracy_level=accuracy_level,
+                          fused=fused).build()

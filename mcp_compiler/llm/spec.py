@@ -40,12 +40,12 @@ class LLMInfo:
         return {**asdict(self), "cache_bytes_per_token": self.cache_bytes_per_token}
 
 
-def spec_json(spec, source: dict) -> str:  # noqa: ANN001 - gguf_file.DecoderSpec
+def spec_json(spec, source: dict, kv_layout: str) -> str:  # noqa: ANN001 - gguf_file.DecoderSpec
     return json.dumps({"architecture": spec.architecture, "name": spec.name, "layers": spec.layers,
                        "hidden": spec.hidden, "heads": spec.heads, "kv_heads": spec.kv_heads,
                        "head_size": spec.head_size, "ffn": spec.ffn, "context": spec.context,
                        "vocab": spec.vocab, "rope_base": spec.rope_base, "rms_eps": spec.rms_eps,
-                       "tied": spec.tied, "source": source})
+                       "tied": spec.tied, "kv_layout": kv_layout, "source": source})
 
 
 def _int(d: object) -> int | None:

@@ -3,43 +3,27 @@
 From GGUF metadata (`tokenizer.ggml.*`, `tokenizer.chat_template`) a Hugging Face tokenizer.json
 is built (byte-level BPE with its merges; control tokens as special added tokens, so that
 `<|im_start|>` written in a prompt is its id); beside an ONNX decoder, its own `tokenizer.json`
-and `tokenizer_config.json` are read. Both are stored in the entry (the model's metadata).
+and `tokenizer_config.json` are read. Both are stored in the entry (the model's metadata); the entry's runtime (runtime/text.py)
+tokenizes with them.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InvalidModelError, UnsupportedError
+from ..targets.triton.runtime.text import ChatTokenizer as _RuntimeTokenizer
+from ..targets.triton.runtime.text import TokenizerInfo
 from .spec import json_object
+
+__all__ = ["ChatTokenizer", "TokenizerInfo", "beside_onnx", "from_gguf"]
 
 # GGML token types
 _CONTROL, _USER_DEFINED = 3, 4
 # llama.cpp's pre-tokenizers (LLAMA_VOCAB_PRE_TYPE_*) as Hugging Face pre-tokenizers: "smollm"
 # splits digits one by one before GPT-2's regex; gpt2 and "default" use GPT-2's regex alone.
 _PRE_DIGITS = {"smollm": True, "gpt2": False, "default": False, "starcoder": True, "qwen2": False}
-
-
-@dataclass
-class TokenizerInfo:
-    tokenizer_json: str
-    chat_template: str | None
-    bos_id: int | None
-    eos_ids: list[int]
-    add_bos: bool = False
-    special: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps({"chat_template": self.chat_template, "bos_id": self.bos_id, "eos_ids": self.eos_ids,
-                           "add_bos": self.add_bos})
-
-    @classmethod
-    def from_json(cls, meta: str, tokenizer_json: str) -> TokenizerInfo:
-        d = json.loads(meta)
-        return cls(tokenizer_json, d.get("chat_template"), d.get("bos_id"), list(d.get("eos_ids", [])),
-                   bool(d.get("add_bos")))
 
 
 def from_gguf(meta: dict, path: Path) -> TokenizerInfo:
@@ -99,36 +83,17 @@ def beside_onnx(model_path: Path) -> TokenizerInfo | None:
                          token_id(cfg.get("bos_token")), eos_ids)
 
 
-class ChatTokenizer:
-    """encode / decode / the chat template, over a TokenizerInfo."""
+class ChatTokenizer(_RuntimeTokenizer):
+    """The entry runtime's tokenizer, its failures as mcp-cli's errors."""
 
     def __init__(self, info: TokenizerInfo) -> None:
         try:
-            from tokenizers import Tokenizer
+            super().__init__(info)
         except ImportError:
             raise UnsupportedError("tokenizing needs the `tokenizers` package (pip install 'mcp-cli[llm]')") from None
-        self.info = info
-        self.tok = Tokenizer.from_str(info.tokenizer_json)
-
-    def encode(self, text: str) -> list[int]:
-        ids = self.tok.encode(text, add_special_tokens=False).ids
-        if self.info.add_bos and self.info.bos_id is not None:
-            ids = [self.info.bos_id, *ids]
-        return ids
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tok.decode(ids, skip_special_tokens=False)
-
-    def token(self, i: int) -> str:
-        return self.tok.id_to_token(i)
 
     def chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        if not self.info.chat_template:
-            raise UnsupportedError("the model has no chat template: give a plain prompt")
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        bos = self.token(self.info.bos_id) if self.info.bos_id is not None else ""
-        eos = self.token(self.info.eos_ids[0]) if self.info.eos_ids else ""
-        return env.from_string(self.info.chat_template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos)
+        try:
+            return super().chat(messages, add_generation_prompt)
+        except ValueError as e:
+            raise UnsupportedError(str(e)) from None

@@ -81,18 +81,25 @@ def test_k_quants_are_refused_by_name(tmp_path):
     assert not (tmp_path / "repo").exists()
 
 
-def _decoder(path: Path, last_logits: bool = True):
+def _decoder(path: Path, last_logits: bool = True, fused: bool = True):
     from mcp_compiler.frontend.gguf import gguf_decoder
     from mcp_compiler.llm.verify import OrtRunner
     from mcp_compiler.targets.triton.runtime.decoder import Decoder
 
-    return Decoder(OrtRunner(gguf_decoder(path, last_logits=last_logits).SerializeToString()))
+    return Decoder(OrtRunner(gguf_decoder(path, last_logits=last_logits, fused=fused).SerializeToString()))
 
 
-def test_decoder_matches_an_independent_numpy_llama(tiny):
+# fused: onnxruntime's fused ops, GroupQueryAttention's packed cache (the entry's graph); plain:
+# Optimum's graph as torch exports it, its cache padded (what a user's ONNX decoder brings)
+LAYOUTS = pytest.mark.parametrize("fused", [True, False], ids=["packed", "padded"])
+
+
+@LAYOUTS
+def test_decoder_matches_an_independent_numpy_llama(tiny, fused):
     ids = [1, 5, 7, 9, 11, 2, 40, 41]
     want = numpy_forward(tiny, ids)                      # float64, gguf's dequantized weights
-    dec = _decoder(tiny, last_logits=False)
+    dec = _decoder(tiny, last_logits=False, fused=fused)
+    assert dec.layout == ("packed" if fused else "padded")
     feeds = {"input_ids": np.array([ids]), "attention_mask": np.ones((1, len(ids)), np.int64),
              "position_ids": np.arange(len(ids))[None]}
     for i in range(dec.layers):
@@ -110,8 +117,9 @@ def test_decoder_matches_an_independent_numpy_llama(tiny):
     np.testing.assert_allclose(np.array(rows), want[2:], atol=1e-3 * np.abs(want).max())
 
 
-def test_one_step_runs_sequences_of_different_lengths(tiny):
-    dec = _decoder(tiny)
+@LAYOUTS
+def test_one_step_runs_sequences_of_different_lengths(tiny, fused):
+    dec = _decoder(tiny, fused=fused)
     prompts = [[1, 5, 7], [1, 9, 11, 13, 15, 17, 19], [3]]
     alone = []
     for p in prompts:
@@ -128,6 +136,25 @@ def test_one_step_runs_sequences_of_different_lengths(tiny):
         np.testing.assert_allclose(f2, f1, atol=1e-4)
         np.testing.assert_allclose(s2, s1, atol=1e-4)
     assert [s.length for s in seqs] == [len(p) + 1 for p in prompts]
+    # a prompt's prefill beside the others' decode steps (continuous batching's step), then all
+    # decoding: as each sequence alone
+    late = [1, 21, 22, 23]
+    alone_seq = dec.sequence(late)
+    want = [dec.step([alone_seq])[0]]
+    alone_seq.pending = [int(want[0].argmax())]
+    want.append(dec.step([alone_seq])[0])
+    for s, row in zip(seqs, seconds):
+        s.pending = [int(row.argmax())]
+    solo = [dec.step([dec.sequence(s.tokens + s.pending)])[0] for s in seqs]
+    joined = dec.sequence(late)
+    mixed = dec.step(seqs + [joined])
+    for a, b in zip(mixed[:3], solo):
+        np.testing.assert_allclose(a, b, atol=1e-4)
+    np.testing.assert_allclose(mixed[3], want[0], atol=1e-4)
+    for s, row in zip(seqs + [joined], mixed):
+        s.pending = [int(row.argmax())]
+    again = dec.step(seqs + [joined])
+    np.testing.assert_allclose(again[3], want[1], atol=1e-4)
 
 
 def test_convert_verify_and_inspect_a_gguf(tiny, tmp_path):
@@ -158,7 +185,8 @@ def test_onnx_out_is_an_optimum_decoder_that_converts_and_verifies(tiny, tmp_pat
     assert r.returncode == 0, r.stderr
     s = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])   # plain onnxruntime
     names = [i.name for i in s.get_inputs()]
-    assert names[:3] == ["input_ids", "attention_mask", "position_ids"] and "past_key_values.1.value" in names
+    # onnxruntime-genai's interface: its rotary counts positions from the cache (no position_ids)
+    assert names[:3] == ["input_ids", "attention_mask", "past_key_values.0.key"] and "past_key_values.1.value" in names
     assert [o.name for o in s.get_outputs()][:2] == ["logits", "present.0.key"]
     assert s.get_outputs()[0].shape == ["batch_size", "sequence_length", VOCAB]
     # that ONNX decoder is recognised as an LLM and converts to the same kind of entry

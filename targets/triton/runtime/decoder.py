@@ -13,6 +13,7 @@ as they are; a serving pool keeps them in its own blocks by overriding `past` an
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -46,12 +47,33 @@ class Sequence:
         self.pending = []
 
 
+PADDED, PACKED = "padded", "packed"
+
+
+def kv_layout(runner) -> str:  # noqa: ANN001
+    """The cache layout a model records (`mcp.llm`'s kv_layout in its metadata), else padded."""
+    session = getattr(runner, "session", None)
+    try:
+        meta = session.get_modelmeta().custom_metadata_map if session is not None else {}
+        layout = json.loads(meta.get("mcp.llm", "{}")).get("kv_layout", PADDED)
+    except (AttributeError, ValueError):
+        return PADDED
+    return layout if layout in (PADDED, PACKED) else PADDED
+
+
 class Decoder:
     """`runner` runs the model: `run(feeds, outputs) -> list of arrays`, with `input_names`,
-    and `input_shapes` ({name: shape}) or an onnxruntime `session`."""
+    and `input_shapes` ({name: shape}) or an onnxruntime `session`.
 
-    def __init__(self, runner) -> None:  # noqa: ANN001
+    Two cache layouts. "padded" (Optimum's graphs: present = past then the new tokens): the
+    pasts are padded to the longest, the padding masked out, a row's new tokens at the padded
+    length. "packed" (GroupQueryAttention's): each row's new tokens right after its own cached
+    ones, the mask ones from 0 for its cached and new tokens (the new-token padding included: it
+    is stored nowhere and, causal, seen by no real token)."""
+
+    def __init__(self, runner, layout: str | None = None) -> None:  # noqa: ANN001
         self.runner = runner
+        self.layout = layout or kv_layout(runner)
         names = list(runner.input_names)
         self.layers = len([n for n in names if _PAST.match(n)])
         if self.layers == 0 or "input_ids" not in names:
@@ -70,23 +92,47 @@ class Decoder:
         return Sequence(tokens, self.layers, self.kv_heads, self.head_size)
 
     def step(self, seqs: list[Sequence]) -> np.ndarray:
-        """One forward pass: each sequence's pending tokens; logits [len(seqs), vocab] of each
-        one's last new token; each sequence's cache grows by its new tokens."""
+        """One step: each sequence's pending tokens; logits [len(seqs), vocab] of each one's last
+        new token; each sequence's cache grows by its new tokens. One forward pass, except in the
+        packed layout, where GroupQueryAttention takes several new tokens after a cache only in a
+        batch of one: there the decoding rows run together, the fresh prompts together, and each
+        prompt that continues a cache (a reused prefix) alone."""
         if not seqs or any(not s.pending for s in seqs):
             raise ValueError("every sequence in a step needs at least one new token")
+        if self.layout != PACKED or len(seqs) == 1:
+            return self._forward(seqs)
+        groups: dict[object, list[int]] = {}
+        for r, s in enumerate(seqs):
+            key = "decode" if len(s.pending) == 1 else "fresh" if s.length == 0 else r
+            groups.setdefault(key, []).append(r)
+        if len(groups) == 1:
+            return self._forward(seqs)
+        rows = np.empty((len(seqs), 0), np.float32)
+        for members in groups.values():
+            got = self._forward([seqs[r] for r in members])
+            if rows.shape[1] == 0:
+                rows = np.empty((len(seqs), got.shape[1]), np.float32)
+            rows[members] = got
+        return rows
+
+    def _forward(self, seqs: list[Sequence]) -> np.ndarray:
         b = len(seqs)
         past_len = max(s.length for s in seqs)
         new_len = max(len(s.pending) for s in seqs)
         ids = np.zeros((b, new_len), np.int64)
         pos = np.zeros((b, new_len), np.int64)
         mask = np.zeros((b, past_len + new_len), np.int64)
+        packed = self.layout == PACKED
         for r, s in enumerate(seqs):
             n = len(s.pending)
             ids[r, :n] = s.pending
             pos[r, :n] = np.arange(s.length, s.length + n)
             pos[r, n:] = s.length + n - 1          # padding: a position the row has (never past the context)
-            mask[r, :s.length] = 1
-            mask[r, past_len:past_len + n] = 1
+            if packed:
+                mask[r, :s.length + new_len] = 1
+            else:
+                mask[r, :s.length] = 1
+                mask[r, past_len:past_len + n] = 1
         if b == 1:   # nothing to pad: the cache as it is
             past = [np.ascontiguousarray(a)[None] for a in seqs[0].past()]
         else:
@@ -109,7 +155,8 @@ class Decoder:
         for r, s in enumerate(seqs):
             n = len(s.pending)
             rows[r] = logits[r, 0 if self.has_index else n - 1]
-            new = [p[r, :, past_len:past_len + n] for p in present]
+            at = s.length if packed else past_len
+            new = [p[r, :, at:at + n] for p in present]
             s.store(new, full=[p[0] for p in present] if b == 1 else None)
         self.steps += 1
         return rows
