@@ -83,6 +83,10 @@ class Decoder:
         if len(dims) != 4 or not all(isinstance(d, int) for d in (dims[1], dims[3])):
             raise ValueError(f"past_key_values.0.key has shape {dims}: its KV heads and head size must be fixed")
         self.kv_heads, self.head_size = int(dims[1]), int(dims[3])
+        session = getattr(runner, "session", None)
+        out = {o.name: o.shape for o in session.get_outputs()} if session is not None else {}
+        last = (out.get("logits") or [None])[-1]
+        self.vocab = last if isinstance(last, int) else None   # token ids a prompt may hold
         self.has_index = "logits_index" in names
         self.has_positions = "position_ids" in names
         self.outputs = ["logits"] + [f"present.{i}.{kv}" for i in range(self.layers) for kv in ("key", "value")]
