@@ -6,8 +6,9 @@ undeploy), commands_measure (bench, tune), commands_kube (`deploy --kserve`), co
 
 from __future__ import annotations
 
+from .commands_llm import generate
 from .commands_measure import bench, tune
 from .commands_serving import deploy, serve, server_status, undeploy
 from .commands_verify import verify
 
-COMMANDS = [serve, verify, deploy, server_status, undeploy, bench, tune]
+COMMANDS = [serve, verify, deploy, server_status, undeploy, bench, tune, generate]

@@ -54,6 +54,16 @@ def serve(
     tls_client_ca: Optional[Path] = typer.Option(None, "--tls-client-ca", rich_help_panel="TLS", dir_okay=False,
                                                  help="Mutual TLS: only clients with a certificate this CA "
                                                  "signed are served (deploy/status/bench --client-cert)."),
+    openai_port: Optional[int] = typer.Option(None, "--openai-port", min=0, max=65535, rich_help_panel="LLM",
+                                              help="Also serve the repository's LLM entries through an OpenAI-"
+                                              "compatible API (/v1/models, /v1/completions, /v1/chat/completions) "
+                                              "on this port (0: a free one)."),
+    openai_host: str = typer.Option("127.0.0.1", "--openai-host", rich_help_panel="LLM",
+                                    help="The address the OpenAI API listens on (default 127.0.0.1 only)."),
+    openai_api_key: Optional[str] = typer.Option(None, "--openai-api-key", envvar="MCP_OPENAI_API_KEY",
+                                                 rich_help_panel="LLM", show_envvar=True,
+                                                 help="Clients of the OpenAI API must send this key "
+                                                 "(Authorization: Bearer KEY)."),
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
     """Start a local Triton Inference Server on 127.0.0.1 for REPOSITORY (Ctrl-C stops it, exit 0).
@@ -67,6 +77,9 @@ def serve(
 
     --tls-cert and --tls-key serve gRPC over TLS (grpcs://), --tls-client-ca with them mutual TLS;
     the banner prints the deploy line with the flags a client needs.
+
+    --openai-port also serves the LLM entries (decoder LLMs converted from GGUF or ONNX) through an
+    OpenAI-compatible API, streamed as server-sent events; with --tls-cert it is HTTPS too.
     """
     rep = reporter(json_out)
 
@@ -93,6 +106,11 @@ def serve(
             raise UsageError("--trace-rate and --trace-level go with --trace")
         if traced is not None:
             _check_trace_sdk(rep)
+        if openai_port is not None and tls.client_ca is not None:
+            raise UsageError("--openai-port with --tls-client-ca: the OpenAI front has no client certificate for "
+                             "Triton's mutual TLS (give --tls-cert/--tls-key only, and --openai-api-key)")
+        if openai_host != "127.0.0.1" and openai_port is None:
+            raise UsageError("--openai-host goes with --openai-port")
         ports, notes = _ports(http_port, grpc_port, metrics_port)
         # the server keeps running when a model fails to load: the failures are reported below
         server = TritonServer(repository, mode=mode, load_all=load_all, http_port=ports["http"],
@@ -110,7 +128,10 @@ def serve(
                 if down and not allow_unavailable:
                     _unavailable(rep, down, len(models))
                 # the Ctrl-C that the last line printed invites may come before _wait's loop starts
-                _serving(rep, server, repository, notes, models, mode, tls)
+                front = None
+                if openai_port is not None:
+                    front = _openai_front(server, tls, openai_host, openai_port, openai_api_key)
+                _serving(rep, server, repository, notes, models, mode, tls, front)
                 _wait(server)
             except KeyboardInterrupt:
                 sys.stderr.write("stopping tritonserver\n")
@@ -123,6 +144,26 @@ def serve(
                 sys.stderr.write(relay.summary() + "\n")
 
     run(rep, debug, body)
+
+
+def _openai_front(server, tls, host: str, port: int, key: str | None):  # noqa: ANN001, ANN202
+    """The OpenAI-compatible front (openai_front.FrontServer) beside the started server; its
+    url and the LLM entries it found."""
+    import asyncio
+
+    from .openai_front import Front, FrontServer
+
+    front = Front(server.grpc_url, ssl=bool(tls), root_cert=str(tls.cert) if tls else None, api_key=key)
+    fs = FrontServer(front, host=host, port=port, ssl_certfile=str(tls.cert) if tls else None,
+                     ssl_keyfile=str(tls.key) if tls else None)
+    try:
+        bound = fs.start()
+    except (RuntimeError, OSError, SystemExit) as e:
+        raise ServerError(f"--openai-port {port}: the OpenAI API could not listen on {host}:{port} ({e})") from None
+    fs.url = f"{'https' if tls else 'http'}://{host}:{bound}"
+    fs.keyed = key is not None
+    fs.models = sorted(asyncio.run_coroutine_threadsafe(front.models(), fs.loop).result(30)) if fs.loop else []
+    return fs
 
 
 def _check_trace_sdk(rep) -> None:  # noqa: ANN001
@@ -203,10 +244,12 @@ def _tls(cert: Path | None, key: Path | None, client_ca: Path | None) -> _Tls:
 
 
 def _serving(rep, server, repository: Path, notes: list[str], models: list[dict], mode: str,  # noqa: ANN001
-             tls: _Tls | None = None) -> None:
+             tls: _Tls | None = None, front=None) -> None:  # noqa: ANN001 - openai_front.FrontServer
     tls = tls or _Tls()
     grpc = f"{'grpcs' if tls else 'grpc'}://{server.grpc_url}"
-    rep.json({"http": f"http://{server.http_url}", "grpc": grpc,
+    openai = f"{front.url}/v1" if front is not None else None
+    rep.json({"http": f"http://{server.http_url}", "grpc": grpc, "openai": openai,
+              "openai_models": front.models if front is not None else None,
               "metrics": f"http://{server.metrics_url}/metrics", "log": str(server.log_path),
               "model_control": mode, "notes": notes, "models": models,
               "tls": {"mutual": tls.client_ca is not None, "http": False} if tls else None,
@@ -222,6 +265,9 @@ def _serving(rep, server, repository: Path, notes: list[str], models: list[dict]
     rep.out.print(f"Triton is serving {repository}\n  HTTP     http://{server.http_url}{plain_http}\n"
                   f"  gRPC     {grpc}{secured}\n  metrics  http://{server.metrics_url}/metrics  (Prometheus)\n"
                   f"  log      {server.log_path}", markup=False)
+    if openai:
+        rep.out.print(f"  OpenAI   {openai}  ({', '.join(front.models) or 'no LLM entry loaded yet'}; "
+                      f"{'a key required' if front.keyed else 'no key'})", markup=False)
     if server.trace:
         t = server.trace
         rep.out.print(f"  traces   {t.otlp or t.file} (one request in {t.rate}, {t.level}; the runtime's spans "

@@ -118,6 +118,9 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
     """The ModelConfig for `model`, the warnings it raised, and the files it refers to (warm-up
     data, relative to the model's folder)."""
     warnings: list[str] = []
+    gen = _generation_config(model, name, backend, p, quantization, warnings)
+    if gen is not None:
+        return gen, warnings, {}
     state = _state_pairs(model, backend, p, warnings)
     blocker = batch_blocker(model)
     batched = False
@@ -236,6 +239,49 @@ def build_config(model: Model, name: str, backend: str, p: ServingParams,
         cfg.parameters[k].string_value = v
     files = _warmup(cfg, model, batched, p) if p.model_warmup and not state else {}
     return cfg, warnings, files
+
+
+def _generation_config(model: Model, name: str, backend: str, p: ServingParams, quantization: str,
+                       warnings: list[str]) -> mc.ModelConfig | None:
+    """A decoder LLM's generation entry: a decoupled python model that streams a response a token
+    (mcp_runtime.engine behind runtime/llm_model.py); None for any other model, or --no-generation."""
+    from mcp_compiler.llm.spec import find_llm
+
+    if p.generation is False or find_llm(model) is None:
+        return None
+    if backend != "python":
+        if p.generation:
+            raise UsageError(f"--generation: a generation entry runs on the python backend, not {backend}")
+        return None
+    if p.stateful or p.state or p.dynamic_batch:
+        raise UsageError("a decoder LLM's generation entry keeps its KV cache itself (--no-generation serves its raw "
+                         "step, with the cache in the request)")
+    cfg = mc.ModelConfig(name=name, backend="python", max_batch_size=0)
+    cfg.model_transaction_policy.decoupled = True
+    for n, t, dims in (("text_input", mc.TYPE_STRING, [1]), ("messages", mc.TYPE_STRING, [1]),
+                       ("input_ids", mc.TYPE_INT64, [-1]), ("sampling_parameters", mc.TYPE_STRING, [1])):
+        cfg.input.add(name=n, data_type=t, dims=dims, optional=True)
+    for n, t, dims in (("text_output", mc.TYPE_STRING, [1]), ("token_ids", mc.TYPE_INT64, [-1]),
+                       ("finish_reason", mc.TYPE_STRING, [1]), ("usage", mc.TYPE_STRING, [1])):
+        cfg.output.add(name=n, data_type=t, dims=dims)
+    cfg.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)
+    if p.instance_count != 1 or p.kind != "cpu":
+        warnings.append("a generation entry runs one instance on the CPU (its engine batches the streams itself)")
+    gen = dict(P.GENERATION_DEFAULTS, block_size=p.kv_block_size, prefix_caching=p.prefix_caching,
+               prefill_chunk=p.prefill_chunk, max_queue=p.max_queue)
+    if p.kv_cache_bytes is not None:
+        gen["kv_cache_bytes"] = p.kv_cache_bytes
+    if p.max_concurrent_requests is not None:
+        gen["max_running"] = p.max_concurrent_requests
+    if p.inference_timeout_ms is not None:
+        gen["queue_timeout_ms"] = p.inference_timeout_ms
+    params = {P.QUANTIZATION_LEVEL: quantization, P.RUNTIME: "model.mcpir", P.PREPACK: "true" if p.prepack else "false",
+              P.GENERATION: json.dumps(gen, sort_keys=True)}
+    for k, v in params.items():
+        cfg.parameters[k].string_value = v
+    warnings.append(Note("a decoder LLM: served as a streaming generation entry (decoupled; gRPC streams, "
+                         "`mcp-cli generate`, `serve --openai-port`); --no-generation serves its raw step"))
+    return cfg
 
 
 def _state_pairs(model: Model, backend: str, p: ServingParams, warnings: list[str]) -> list[dict]:

@@ -90,7 +90,8 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     if final.exists() and not options.force:
         raise OutputExistsError(f"{final} exists; pass --force to replace it")
     cfg, warnings, cfg_files = build_config(model, name, backend, params, options.quantization)
-    _record_request(model, cfg, warnings)
+    if P.GENERATION not in cfg.parameters:   # a generation entry's request is text (its config says how)
+        _record_request(model, cfg, warnings)
     if options.budget:   # what `mcp-cli verify` judges the entry by later (the budget it was built with)
         import json
 
@@ -108,7 +109,8 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
             if options.load_check:   # onnxruntime builds the session while Python writes the file
                 session_check = _Background(session_check_maker(model))
             write_mcpir(model, vdir / "model.mcpir")
-            model_py = resources.files("mcp_compiler.targets.triton").joinpath("runtime", "model.py")
+            served = "llm_model.py" if P.GENERATION in cfg.parameters else "model.py"
+            model_py = resources.files("mcp_compiler.targets.triton").joinpath("runtime", served)
             (vdir / "model.py").write_bytes(model_py.read_bytes())
             write_runtime(vdir)
         else:

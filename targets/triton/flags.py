@@ -63,12 +63,26 @@ def convert_flags() -> list:
              help="fp8/int4-qdq weights dequantized once when the served model loads (float32 in memory, "
                   "float32 speed; the files stay small). Default: on for --kind cpu, whose onnxruntime "
                   "kernels would dequantize them on every request."),
+        flag("generation", Optional[bool], None, "--generation/--no-generation",
+             help="A decoder LLM as a streaming generation entry (default; decoupled: gRPC streams, one response "
+                  "a token) or, --no-generation, as its raw decoder step (the KV cache in the request)."),
+        flag("kv_cache_bytes", Optional[str], None, "--kv-cache-bytes", metavar="BYTES",
+             help="LLM: the KV-cache pool made at load, e.g. 512MiB, 2GB (default: a tenth of the server's memory)."),
+        flag("kv_block_size", Optional[int], None, "--kv-block-size", help="LLM: tokens a block of the pool holds "
+             "(default 16; prefixes are reused a block at a time)."),
+        flag("prefix_caching", Optional[bool], None, "--prefix-caching/--no-prefix-caching",
+             help="LLM: reuse the cached blocks of prompts that start the same way (default on)."),
+        flag("prefill_chunk", Optional[int], None, "--prefill-chunk", help="LLM: prompt tokens one step takes "
+             "(default 256): a long prompt is run in chunks beside the running streams."),
+        flag("max_queue", Optional[int], None, "--max-queue", help="LLM: requests waiting for a free slot "
+             "(default 64); more are refused at once with a busy error."),
     ]
 
 
 # flags whose value is the setting as it is
 _PLAIN = ("profile_seconds", "max_batch_size", "max_queue_delay_us", "max_concurrent_requests", "inference_timeout_ms",
-          "instance_count", "tensor_parallel_size", "model_warmup", "prepack", "dequantize_at_load")
+          "instance_count", "tensor_parallel_size", "model_warmup", "prepack", "dequantize_at_load", "generation",
+          "kv_block_size", "prefix_caching", "prefill_chunk", "max_queue")
 
 
 def settings_from_flags(f: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,5 +105,22 @@ def settings_from_flags(f: Mapping[str, Any]) -> dict[str, Any]:
         ("state", list(f["state"]) if f.get("state") else None),
         ("sequence_strategy", lower(f.get("sequence_strategy"))),
         ("warmup_dims", parse_dims(f["warmup_dims"], "--warmup-dims") if f.get("warmup_dims") else None),
+        ("kv_cache_bytes", parse_bytes(f["kv_cache_bytes"], "--kv-cache-bytes") if f.get("kv_cache_bytes") else None),
     ) if v is not None})
     return given
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_bytes(text: str, flag: str) -> int:
+    """'512MiB', '2GB', '1000000' -> bytes; a UsageError naming the flag otherwise."""
+    import re
+
+    from mcp_compiler.errors import UsageError
+
+    m = re.fullmatch(r"\s*(\d{1,15})\s*([a-zA-Z]{0,3})\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS or int(m.group(1)) == 0:
+        raise UsageError(f"{flag}: {str(text)[:40]!r} is not a size in bytes (e.g. 512MiB, 2GB, 1000000)")
+    return int(m.group(1)) * _UNITS[unit]

@@ -44,6 +44,14 @@ class ServingParams(TargetParams):
     max_sequence_idle_us: int = 60_000_000        # a sequence idle this long loses its state
     max_sequences: int = 1024                     # sequences holding state at once, at most
     max_state_length: int = 4096                  # a growing (KV) state's length, at most
+    # a decoder LLM: a decoupled generation entry (mcp_runtime.engine); max_concurrent_requests
+    # is then the sequences run at once, inference_timeout_ms the longest wait in its queue
+    generation: bool | None = None                # None: on for a decoder LLM
+    kv_cache_bytes: int | None = None             # the KV-cache pool; None: 10% of the server's memory
+    kv_block_size: int = 16                       # tokens a block of the pool holds
+    prefix_caching: bool = True                   # full blocks reused by later prompts that start the same way
+    prefill_chunk: int = 256                      # prompt tokens a step takes (a long prompt never stalls the streams)
+    max_queue: int = 64                           # requests waiting for a slot; more are refused at once
 
     def validate(self, label: Callable[[str], str] = str) -> ServingParams:
         """Raises UsageError naming each setting by `label(key)` (the flag, or the build file's key)."""
@@ -87,6 +95,10 @@ class ServingParams(TargetParams):
         positive("max_sequence_idle_us", self.max_sequence_idle_us)
         positive("max_sequences", self.max_sequences)
         positive("max_state_length", self.max_state_length)
+        positive("kv_cache_bytes", self.kv_cache_bytes)
+        positive("kv_block_size", self.kv_block_size)
+        positive("prefill_chunk", self.prefill_chunk)
+        positive("max_queue", self.max_queue, allow_zero=True)
         if self.sequence_strategy not in ("direct", "oldest"):
             raise UsageError(f"{label('sequence_strategy')} must be direct or oldest, got {self.sequence_strategy!r}")
         return self
@@ -99,7 +111,8 @@ OPTION_TYPES: dict[str, type] = {**{k: int for k in _FIELDS}, "backend": str, "r
                                  "dynamic_batch": bool,
                                  "preferred_batch_size": list, "kind": str, "model_warmup": bool,
                                  "warmup_dims": dict, "prepack": bool, "dequantize_at_load": bool,
-                                 "stateful": bool, "sequence_strategy": str, "state": list}
+                                 "stateful": bool, "sequence_strategy": str, "state": list,
+                                 "generation": bool, "prefix_caching": bool}
 # The flag that sets each key on `convert`.
 FLAGS = {k: "--" + k.replace("_", "-") for k in OPTION_TYPES}
 FLAGS.update(model_warmup="--warmup")

@@ -22,6 +22,12 @@ SCALARS = "mcp_scalars"                  # JSON: the rank-0 inputs and outputs, 
 STATE = "mcp_state"                      # JSON: [[state input, next state output], ...] kept on the server
 MAX_SEQUENCES = "mcp_max_sequences"      # the sequences whose state is kept at once
 REQUEST = "mcp_request"                  # JSON: a request the model accepts, for clients with the config only
+GENERATION = "mcp_generation"            # JSON: a decoder LLM served as a generation entry (GENERATION_DEFAULTS)
+
+# a generation entry's settings: the KV-cache pool (bytes, tokens a block), the sequences run at
+# once and waiting, prefix reuse, the prompt tokens a step takes, the queue timeout (0: none)
+GENERATION_DEFAULTS = {"kv_cache_bytes": 0, "kv_cache_fraction": 0.1, "block_size": 16, "max_running": 8,
+                       "max_queue": 64, "prefix_caching": True, "prefill_chunk": 256, "queue_timeout_ms": 0}
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class Params:
     state: list = field(default_factory=list)
     max_sequences: int = 1024
     request: dict = field(default_factory=dict)   # input -> {"shape": [...], "values": [kind, ...]}
+    generation: dict | None = None                # a generation entry's settings (GENERATION_DEFAULTS' keys)
 
 
 def read(parameters: Mapping[str, str]) -> Params:
@@ -67,7 +74,29 @@ def read(parameters: Mapping[str, str]) -> Params:
                   dequantize_at_load=get(DEQUANTIZE_AT_LOAD, "false").lower() == "true",
                   quantization_level=get(QUANTIZATION_LEVEL, "none"), layouts=loaded(LAYOUTS, "{}"),
                   scalars=loaded(SCALARS, "[]"), state=loaded(STATE, "[]"),
-                  max_sequences=number(MAX_SEQUENCES, 1024), request=loaded(REQUEST, "{}"))
+                  max_sequences=number(MAX_SEQUENCES, 1024), request=loaded(REQUEST, "{}"),
+                  generation=_generation(loaded(GENERATION, "null")))
+
+
+def _generation(d: object) -> dict | None:
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise ValueError(f"parameter {GENERATION}: not a JSON object")
+    out = dict(GENERATION_DEFAULTS)
+    for k, v in d.items():
+        if k not in out:
+            raise ValueError(f"parameter {GENERATION}: unknown key {k!r}")
+        want = type(out[k])
+        ok = isinstance(v, bool) if want is bool else (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                        and v >= 0 and (want is float or float(v).is_integer()))
+        if not ok or (want is float and not 0 < v <= 1):
+            raise ValueError(f"parameter {GENERATION}: {k} = {v!r} is not a valid {want.__name__}")
+        out[k] = want(v)
+    for k in ("block_size", "max_running", "prefill_chunk"):
+        if out[k] < 1:
+            raise ValueError(f"parameter {GENERATION}: {k} must be at least 1")
+    return out
 
 
 def of_config(cfg) -> Params:  # noqa: ANN001 - a ModelConfig protobuf
