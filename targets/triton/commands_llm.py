@@ -16,8 +16,8 @@ from .commands_common import ConnectionFlags, command, with_connection
 
 
 @command("generate", "mcp-cli generate repo/smol 'What is the capital of France?' --chat",
-         "mcp-cli generate smol 'Once upon a time' --url grpc://127.0.0.1:8001 --max-tokens 64",
-         "mcp-cli generate repo/smol 'Tell me a joke' --chat --temperature 0.8 --seed 7 --json")
+         "mcp-cli generate smol 'Once upon a time' --url 127.0.0.1:8001",
+         "mcp-cli generate repo/smol 'A joke' --chat --temperature 0.8 --seed 7")
 @with_connection(grpc_only=True, url_help="A Triton server serving MODEL (grpc://HOST:PORT); without it, MODEL is "
                                           "an entry folder run in this process.")
 def generate(
@@ -89,6 +89,8 @@ async def _served(c, model: str, sampling: dict, kw: dict, show) -> dict:  # noq
     except GenerationError as e:
         raise UsageError(f"{model}: {e}") from None
     except Exception as e:  # noqa: BLE001 - unreachable, TLS, auth: one line
+        if hasattr(e, "code") and hasattr(e, "details"):   # grpc.aio's error: its first line names nothing
+            e = RuntimeError(f"{e.code().name}: {e.details()}")
         raise server_error(c, e, f"generating with {model}") from None
     finally:
         await client.close()

@@ -66,7 +66,8 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     from mcp_compiler.llm.gguf_file import is_gguf_file
 
     gguf = is_gguf_file(input)   # (its decoder is built by mcp-cli: no interface of its own to compare)
-    outputs = [] if gguf else _check_same_interface(Path(input), cfg, model_dir)
+    # a generation entry's interface is text in and out, not the decoder's
+    outputs = [] if gguf or P.GENERATION in cfg.parameters else _check_same_interface(Path(input), cfg, model_dir)
     vdir = _latest_version(model_dir)
     if gguf or _decoder_entry(cfg):
         from mcp_compiler.llm.verify import verify_llm
@@ -111,9 +112,10 @@ SEQUENCE_STEPS = 3
 
 
 def _decoder_entry(cfg) -> bool:  # noqa: ANN001 - ModelConfig
-    """A decoder LLM's entry: token ids and a KV cache in (mcp_compiler.llm.spec's names)."""
+    """A decoder LLM's entry: a generation entry, or its raw step (token ids and a KV cache in:
+    mcp_compiler.llm.spec's names)."""
     names = {i.name for i in cfg.input}
-    return "input_ids" in names and "past_key_values.0.key" in names
+    return P.GENERATION in cfg.parameters or ("input_ids" in names and "past_key_values.0.key" in names)
 
 
 def _verify_sequence(original: Path, vdir: Path, cfg, report: VerifyReport) -> None:  # noqa: ANN001 - ModelConfig

@@ -80,6 +80,8 @@ def test_zoo_json_and_report_are_one_schema(tmp_path):
     (["bench", "m", "--concurrency", "4,x"], "UsageError"),
     (["tune", "no/such/entry", "--slo-p99-ms", "5"], "UsageError"),
     (["tune", "no/such/entry", "--slo-p99-ms", "5", "--concurrency", "2", "--rate", "9"], "UsageError"),
+    (["generate", "no/such/entry", "hello"], "UsageError"),
+    (["generate", "m", "hello", "--url", "127.0.0.1:{port}", "--timeout", "2"], "ServerUnreachableError"),
 ])
 def test_error_envelopes(args, kind, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
@@ -92,4 +94,4 @@ def test_every_command_is_covered():
     """A new command gets a --json envelope case here."""
     names = {c.name or c.callback.__name__ for c in app.registered_commands}
     assert names == {"convert", "inspect", "passes", "targets", "zoo", "serve", "verify", "deploy",
-                     "status", "undeploy", "bench", "tune"}
+                     "status", "undeploy", "bench", "tune", "generate"}

@@ -250,12 +250,12 @@ def test_bad_gguf_one_error_line_exit_2_nothing_written(tiny, tmp_path, make, ex
 
 
 def test_recorded_request_of_a_decoder_entry_runs(tiny, tmp_path):
-    # bench --url and clients with the config alone send this request: the mask's length must be
+    # --no-generation: the raw decoder step served; bench --url and clients with the config alone send this request: the mask's length must be
     # the cache's plus the new tokens' (sized alike, every request failed in the served model)
     from mcp_compiler.targets.triton.entry import read_config
     from mcp_compiler.targets.triton.verify import load_runtime
 
-    r = _cli("convert", str(tiny), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"))
+    r = _cli("convert", str(tiny), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--no-generation")
     assert r.returncode == 0, r.stderr
     entry = tmp_path / "repo" / "tiny"
     request = json.loads(read_config(entry, missing="no config").parameters["mcp_request"].string_value)
