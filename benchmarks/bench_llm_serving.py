@@ -152,11 +152,12 @@ class LlamaCpp:
 
     def __enter__(self) -> LlamaCpp:
         port = free_port()
+        self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen([self.python, "-m", "llama_cpp.server", "--model", str(self.gguf), "--host",
                                       "127.0.0.1", "--port", str(port), "--n_threads", str(self.threads),
                                       "--n_threads_batch", str(self.threads), "--n_ctx", "4096",
                                       "--model_alias", "smol"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=self.log, text=True)   # it logs a lot: a file
         self.base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -165,13 +166,15 @@ class LlamaCpp:
                 return self
             except OSError:
                 if self.proc.poll() is not None:
-                    raise SystemExit(f"llama_cpp.server exited: {self.proc.stderr.read()[-500:]}") from None
+                    self.log.seek(0)
+                    raise SystemExit(f"llama_cpp.server exited: {self.log.read()[-500:]}") from None
                 time.sleep(0.5)
         raise SystemExit("llama_cpp.server did not start")
 
     def __exit__(self, *a) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
+        self.log.close()
 
     def version(self) -> str:
         r = subprocess.run([self.python, "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True,

@@ -88,7 +88,8 @@ def served(target: str | os.PathLike | Entry, conn: Connection | None, *, batch_
                              "to measure a model a server already has, give its NAME and --url")
         entry = entry or Entry.read(target)
         cfg = entry.config
-        feeds = _batched(smoke_inputs(entry, inputs, dims=dims, length=length, notes=notes), cfg, batch_size)
+        feeds = {} if P.GENERATION in cfg.parameters else \
+            _batched(smoke_inputs(entry, inputs, dims=dims, length=length, notes=notes), cfg, batch_size)
         from .serve import TritonServer
 
         server = TritonServer(Path(target).resolve().parent, explicit=True)
@@ -113,7 +114,8 @@ def served(target: str | os.PathLike | Entry, conn: Connection | None, *, batch_
     else:
         cfg = remote_config(conn, name)
         accepts = None if cfg.HasField("sequence_batching") else (lambda f: _accepted(conn, name, f))
-        feeds, notes = _remote_feeds(cfg, inputs, batch_size, dims or {}, length or DEFAULT_LENGTH, accepts)
+        feeds, notes = ({}, []) if P.GENERATION in cfg.parameters else \
+            _remote_feeds(cfg, inputs, batch_size, dims or {}, length or DEFAULT_LENGTH, accepts)
     yield Served(conn, cfg.name or name, cfg, feeds, notes=notes)
 
 

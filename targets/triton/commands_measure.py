@@ -117,10 +117,24 @@ def bench(
                                               "metrics endpoint (http://HOST:8002), for the runtime's load phases."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", dir_okay=False, help="Also write the points as CSV."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --csv file."),
+    prompt_words: int = typer.Option(96, "--prompt-words", min=1, max=100_000, rich_help_panel="LLM",
+                                     help="LLM entry: words of each request's own prompt."),
+    output_tokens: int = typer.Option(64, "--output-tokens", min=1, max=100_000, rich_help_panel="LLM",
+                                      help="LLM entry: tokens each stream generates (past the end token)."),
+    shared_prefix: int = typer.Option(0, "--shared-prefix", min=0, max=100_000, rich_help_panel="LLM",
+                                      help="LLM entry: words every prompt starts with (a dialogue's history: "
+                                      "the prefix cache's load)."),
+    requests_per_client: int = typer.Option(2, "--requests-per-client", min=1, max=10_000, rich_help_panel="LLM",
+                                            help="LLM entry: streams each client runs, one after the other."),
     conn: ConnectionFlags = None, json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
     """Measure a served model under load: throughput, p50/p90/p99 latency, errors, and the server's
     own split (queue vs compute, average batch) from Triton's statistics, per load point.
+
+    An LLM generation entry is measured as streams instead: at each --concurrency, clients each
+    running --requests-per-client streams of --output-tokens; time to first token and between
+    tokens (p50/p99), tokens/s a stream and in all, the prefix hit rate, and the pool's peak
+    blocks (from the server's metrics: --metrics-url for a --url server).
 
     The request is what the model accepts, as verify makes it, with free dims (a sequence length,
     an image side) at 128 unless --dims says otherwise; its shapes are printed first. An open-loop
@@ -149,12 +163,20 @@ def bench(
                 raise UsageError(f"{ignored[0]} does not go with --cold (a cold start is measured with "
                                  "sequential requests; --cold-runs sets how many)")
             return _cold(rep, target, conn.connection(required=False), cold_runs, metrics_url, inputs, dims, json_out)
+        remote = conn.connection(required=False)
+        if _generation(target, remote):
+            if rate is not None or sequence_length is not None or batch_size != 1 or inputs is not None:
+                raise UsageError("an LLM generation entry is measured with --concurrency, --prompt-words, "
+                                 "--output-tokens and --shared-prefix (not --rate, --batch-size, --inputs or "
+                                 "--sequence-length)")
+            return _bench_llm(rep, target, remote, concurrency, metrics_url, json_out, csv_path, force,
+                              prompt_words=prompt_words, output_tokens=output_tokens, shared_prefix=shared_prefix,
+                              per_client=requests_per_client)
         if metrics_url is not None:
-            raise UsageError("--metrics-url goes with --cold")
+            raise UsageError("--metrics-url goes with --cold (or an LLM entry)")
         loads = _loads(concurrency, rate)
         if csv_path is not None:
             check_output(csv_path, "--csv", force=force)
-        remote = conn.connection(required=False)
         if slo_p99_ms is not None and not 0 < slo_p99_ms < float("inf"):
             raise UsageError(f"--slo-p99-ms must be a positive number, got {slo_p99_ms}")
         say = _progress(rep)
@@ -189,6 +211,63 @@ def bench(
                                    "--window-s longer than a request takes")
 
     run(rep, debug, body)
+
+
+def _generation(target: str, remote) -> bool:  # noqa: ANN001 - client.Connection or None
+    """Whether the target is an LLM generation entry (its config, local or the server's)."""
+    from .bench import is_entry, remote_config
+    from .entry import read_config
+    from .runtime import params as P
+
+    if is_entry(target):
+        return P.GENERATION in read_config(target).parameters
+    if remote is None:
+        return False
+    return P.GENERATION in remote_config(remote, str(target)).parameters
+
+
+def _bench_llm(rep, target: str, remote, concurrency: str | None, metrics_url: str | None, json_out: bool,  # noqa: ANN001
+               csv_path: Path | None, force: bool, **kw) -> None:
+    from mcp_compiler.cli.common import parse_ints
+    from mcp_compiler.files import check_output
+
+    from .bench import BenchFailedError, served
+    from .llm_bench import HEADERS, measure_llm, table_rows
+
+    levels = parse_ints(concurrency, "--concurrency") if concurrency else [1, 8]
+    if any(n < 1 or n > 1024 for n in levels):
+        raise UsageError("--concurrency: each level must be from 1 to 1024 streams")
+    if csv_path is not None:
+        check_output(csv_path, "--csv", force=force)
+    if metrics_url is not None:
+        from .metrics import metrics_url as checked_url
+
+        checked_url(metrics_url)
+    say = _progress(rep)
+    with served(target, remote) as s:
+        url = metrics_url or (f"http://{s.server.metrics_url}" if s.server is not None else None)
+        points = measure_llm(s.conn, s.name, levels, metrics_url=url, progress=say, **kw)
+        where = s.conn.describe()
+    out = {"model": s.name, "url": where, "kind": "llm", "settings": kw, "points": [p.to_dict() for p in points],
+           "notes": [] if url else ["no --metrics-url: the pool's peak is not measured"]}
+    if csv_path is not None:
+        _write_csv(csv_path, out["points"])
+    rep.json(out)
+    if not json_out:
+        prefix = f" after a shared {kw['shared_prefix']}-word prefix" if kw["shared_prefix"] else ""
+        rep.out.print(f"{s.name} on {where}: {kw['output_tokens']} tokens a stream, {kw['prompt_words']} words of "
+                      f"prompt{prefix}", markup=False)
+        rows = [HEADERS, *table_rows(points)]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
+        for r in rows:
+            rep.out.print("  ".join(v.rjust(w) for v, w in zip(r, widths)), markup=False)
+        rep.out.print("N streams; ttft/tbt: time to first token / between tokens in ms (p50, p99); tok/s 1: a "
+                      "stream's; hits: prompt tokens the prefix cache held; blocks: the pool's peak / total",
+                      markup=False)
+        for n in out["notes"]:
+            rep.out.print(f"note: {n}", markup=False)
+    if points and all(p.errors == p.requests for p in points):
+        raise BenchFailedError(f"every stream failed: {points[0].first_error}")
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:

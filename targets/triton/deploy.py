@@ -33,6 +33,7 @@ from mcp_compiler.names import check_name
 
 from .client import Connection, call, client, infer_inputs, load_error
 from .entry import FILES_LIMIT, Entry
+from .runtime.params import GENERATION
 
 # One gRPC message carries at most entry.FILES_LIMIT. HTTP sends files base64-encoded in one JSON
 # body: past 1 GiB the client's JSON encoder was seen to crash here, so uploads over HTTP stop there.
@@ -339,9 +340,32 @@ def _local_model(entry: Entry):  # noqa: ANN202 - (IR model, feeds -> outputs)
     return model, lambda feeds: sess.run(None, feeds)
 
 
+def _smoke_generation(conn: Connection, name: str, version: int) -> None:
+    """A generation entry: one token over gRPC's stream (its decoupled policy takes no other)."""
+    import asyncio
+
+    from .client import aio_client
+    from .llm_client import complete
+
+    async def one() -> None:
+        c = aio_client(conn)
+        try:
+            got = await complete(c, name, ids=[0], sampling={"max_tokens": 1, "ignore_eos": True},
+                                 headers=conn.headers())
+        finally:
+            await c.close()
+        if got.finish != "length" or len(got.ids) != 1:
+            raise DeployError(f"smoke generation on {name} v{version} gave {len(got.ids)} tokens, finish {got.finish!r}")
+
+    asyncio.run(one())
+
+
 def _smoke(c, conn: Connection, cfg: Any, name: str, version: int, feeds: dict) -> float:  # noqa: ANN001
-    inputs = infer_inputs(feeds, conn.protocol)
     t0 = time.perf_counter()
+    if GENERATION in cfg.parameters:
+        _smoke_generation(conn, name, version)
+        return time.perf_counter() - t0
+    inputs = infer_inputs(feeds, conn.protocol)
     if cfg.HasField("sequence_batching"):
         # a stateful model: a sequence of its own, SMOKE_STEPS requests (the state carried on the
         # server from one to the next), START on the first, END on the last
@@ -385,7 +409,13 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
                           dry_run=dry_run, content_sha256=digest)
     _check_size(conn, total)
     # the smoke request is made (and tried locally) before anything is sent
-    feeds = smoke_inputs(e, inputs, dims=dims) if smoke and not dry_run else {}
+    generation = GENERATION in cfg.parameters
+    if generation and smoke and conn.protocol != "grpc":
+        raise UsageError(f"{name} is an LLM generation entry: it streams over gRPC only (Triton's HTTP refuses "
+                         "decoupled models); give the gRPC --url, or --no-smoke")
+    if generation and inputs is not None:
+        raise UsageError("--inputs: an LLM generation entry's smoke test is one generated token")
+    feeds = smoke_inputs(e, inputs, dims=dims) if smoke and not dry_run and not generation else {}
     if dry_run:
         report.notes.append(f"would load {name} v{v} ({total} bytes) with config {config_json}")
         return report

@@ -211,3 +211,25 @@ def test_openai_client_against_serve_openai_port(repo, local):
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
+
+
+def test_deploy_bench_and_generate_against_the_server(repo, server):
+    url = f"grpc://{server.grpc_url}"
+
+    def cli(*args):
+        r = subprocess.run([*CLI, *args, "--json"], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr + r.stdout
+        return json.loads(r.stdout)
+
+    d = cli("deploy", str(repo / "tiny"), "--url", url, "--name", "tiny2")
+    assert d["ok"] and d["smoke_seconds"] is not None      # one generated token over the stream
+    r = subprocess.run([*CLI, "deploy", str(repo / "tiny"), "--url", f"http://{server.http_url}", "--name", "tiny3"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "gRPC" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    b = cli("bench", "tiny2", "--url", url, "-c", "1,2", "--prompt-words", "3", "--output-tokens", "4",
+            "--shared-prefix", "4", "--metrics-url", f"http://{server.metrics_url}")
+    assert b["kind"] == "llm" and [p["concurrency"] for p in b["points"]] == [1, 2]
+    assert all(p["errors"] == 0 and p["requests"] > 0 and p["output_tokens"] == 4 for p in b["points"])
+    assert b["points"][1]["prefix_hit_rate"] > 0          # the shared words' blocks were found again
+    g = cli("generate", "tiny2", "hello", "--url", url, "--max-tokens", "3", "--ignore-eos")
+    assert len(g["token_ids"]) == 3 and g["finish_reason"] == "length" and g["usage"]["prompt_tokens"] == 5
