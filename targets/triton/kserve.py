@@ -165,13 +165,33 @@ def resources_for(cfg: Any, local: Path) -> dict[str, Any]:
                                 f"a pod is sized for (at most {MAX_INSTANCES} of each)")
     cores = instances * max(threads, 1)
     mib = BASE_MEMORY_MIB + instances * (2 * math.ceil(weights / 2**20) + INSTANCE_MEMORY_MIB)
+    pool = _kv_pool_bytes(cfg, local)
+    mib += math.ceil(pool / 2**20)
     mib = 64 * math.ceil(mib / 64)
     res: dict[str, Any] = {"requests": {"cpu": str(cores), "memory": f"{mib}Mi"},
                            "limits": {"cpu": str(cores), "memory": f"{2 * mib}Mi"}}
     if gpu:
         res["limits"]["nvidia.com/gpu"] = "1"
         res["requests"]["nvidia.com/gpu"] = "1"
-    return {"resources": res, "weights_bytes": weights, "instances": instances, "threads": threads, "gpu": gpu}
+    return {"resources": res, "weights_bytes": weights, "kv_cache_bytes": pool, "instances": instances,
+            "threads": threads, "gpu": gpu}
+
+
+def _kv_pool_bytes(cfg: Any, local: Path) -> int:
+    """An LLM generation entry's KV-cache pool, which the pod's memory must hold beside the
+    weights; its default (a tenth of the memory the server sees) would read the node's memory
+    inside a pod, so a pod needs the pool's size given."""
+    if P.GENERATION not in cfg.parameters:
+        return 0
+    try:
+        gen = P.read({k: v.string_value for k, v in cfg.parameters.items()}).generation
+    except ValueError as e:
+        raise InvalidModelError(local.parent / "config.pbtxt", str(e)) from None
+    if not gen["kv_cache_bytes"]:
+        raise UsageError(f"{local.parent.name} is an LLM entry whose KV-cache pool is a share of the server's memory: "
+                         "a pod's memory request must cover it, so give the pool's size (convert --kv-cache-bytes "
+                         "1GiB)")
+    return int(gen["kv_cache_bytes"])
 
 
 def scaling_from_tune(path: Path | None, model: str, cfg: Any) -> dict[str, Any]:

@@ -1,0 +1,94 @@
+"""A decoder LLM converted for Triton is a decoupled generation entry: its config (text in, a
+response a token out), the pool flags, --no-generation, `generate` in-process, and the pod sizing
+of `deploy --kserve` (weights plus the pool)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+from _tiny import write_tiny_gguf
+
+CLI = [sys.executable, "-m", "mcp_compiler.cli"]
+
+
+def _cli(*args):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_tiny_gguf(tmp_path_factory.mktemp("gen") / "tiny.gguf")
+
+
+def _config(entry):
+    from mcp_compiler.targets.triton.entry import read_config
+
+    return read_config(entry)
+
+
+def test_a_decoder_becomes_a_decoupled_generation_entry(tiny, tmp_path):
+    r = _cli("convert", str(tiny), "-t", "triton-v1.12", "-o", str(tmp_path), "--name", "g", "--kv-cache-bytes",
+             "64MiB", "--kv-block-size", "8", "--max-concurrent-requests", "3", "--no-prefix-caching", "--max-queue", "5")
+    assert r.returncode == 0, r.stderr
+    cfg = _config(tmp_path / "g")
+    assert cfg.model_transaction_policy.decoupled and cfg.max_batch_size == 0
+    assert [i.name for i in cfg.input] == ["text_input", "messages", "input_ids", "sampling_parameters"]
+    assert all(i.optional for i in cfg.input)
+    assert [o.name for o in cfg.output] == ["text_output", "token_ids", "finish_reason", "usage"]
+    gen = json.loads(cfg.parameters["mcp_generation"].string_value)
+    assert gen["kv_cache_bytes"] == 64 << 20 and gen["block_size"] == 8 and gen["max_running"] == 3
+    assert gen["prefix_caching"] is False and gen["max_queue"] == 5
+    assert (tmp_path / "g" / "1" / "mcp_runtime" / "engine.py").is_file()
+    assert "decoupled" in (tmp_path / "g" / "1" / "model.py").read_text()   # the generation model file
+    raw = _cli("convert", str(tiny), "-t", "triton-v1.12", "-o", str(tmp_path), "--name", "raw", "--no-generation")
+    assert raw.returncode == 0, raw.stderr
+    assert "past_key_values.0.key" in [i.name for i in _config(tmp_path / "raw").input]
+
+
+@pytest.mark.parametrize("flags, expect", [(["--kv-cache-bytes", "lots"], "--kv-cache-bytes"),
+                                           (["--kv-cache-bytes", "0"], "--kv-cache-bytes"),
+                                           (["--kv-block-size", "0"], "--kv-block-size"),
+                                           (["--generation", "--backend", "onnxruntime"], "python backend")])
+def test_bad_generation_flags_one_error_line(tiny, tmp_path, flags, expect):
+    r = _cli("convert", str(tiny), "-t", "triton-v1.12", "-o", str(tmp_path / "o"), *flags)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and expect in lines[0], r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_generate_in_process_streams_what_greedy_gives(tiny, tmp_path):
+    from mcp_compiler.frontend.gguf import gguf_decoder
+    from mcp_compiler.llm.verify import OrtRunner
+    from mcp_compiler.targets.triton.runtime.decoder import Decoder, greedy
+    from mcp_compiler.targets.triton.runtime.text import ChatTokenizer, TokenizerInfo
+
+    assert _cli("convert", str(tiny), "-t", "triton-v1.12", "-o", str(tmp_path), "--name", "g").returncode == 0
+    r = _cli("generate", str(tmp_path / "g"), "hello", "--max-tokens", "6", "--ignore-eos", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    proto = gguf_decoder(tiny, last_logits=True)
+    dec = Decoder(OrtRunner(proto.SerializeToString()))
+    tok = ChatTokenizer(TokenizerInfo.from_metadata({p.key: p.value for p in proto.metadata_props}))
+    assert out["token_ids"] == greedy(dec, tok.encode("hello"), 6) and out["finish_reason"] == "length"
+    bad = _cli("generate", str(tmp_path / "g"), "hello", "--max-tokens", "0")
+    assert bad.returncode == 2 and "max_tokens" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in ("kserve", "kubernetes", "kubernetes_validate")),
+                    reason="the kube extra is not installed")
+def test_kserve_pod_memory_covers_weights_and_pool(tiny, tmp_path):
+    k8s = ["--storage-uri", "s3://models/repo", "--image", "registry.example/mcp-triton:24.10-ort"]
+    assert _cli("convert", str(tiny), "-t", "triton-v1.12", "-o", str(tmp_path), "--name", "auto").returncode == 0
+    r = _cli("deploy", str(tmp_path / "auto"), "--kserve", "-o", str(tmp_path / "k1"), *k8s)
+    assert r.returncode == 2 and "--kv-cache-bytes" in r.stderr     # a share of the node's memory: refused
+    assert _cli("convert", str(tiny), "-t", "triton-v1.12", "-o", str(tmp_path), "--name", "g",
+                "--kv-cache-bytes", "512MiB").returncode == 0
+    r = _cli("deploy", str(tmp_path / "g"), "--kserve", "-o", str(tmp_path / "k2"), *k8s, "--json")
+    assert r.returncode == 0, r.stderr
+    text = "\n".join(p.read_text() for p in (tmp_path / "k2").rglob("*.yaml"))
+    mem = [int(m) for m in __import__("re").findall(r"memory: '?(\d+)Mi", text)]
+    assert mem and min(mem) >= 512
