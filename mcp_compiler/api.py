@@ -69,6 +69,9 @@ def load_model(path: str | os.PathLike, *, check: bool = True, infer_shapes: boo
         loaded = load_gguf(path, check=check, infer_shapes=infer_shapes, last_logits=last_logits)
         return loaded.model, "gguf", loaded.warnings
     loaded = load_onnx(path, check=check, infer_shapes=infer_shapes)
+    from .llm.spec import mark_layout
+
+    mark_layout(loaded.model)
     return loaded.model, "onnx", loaded.warnings
 
 

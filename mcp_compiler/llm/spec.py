@@ -71,7 +71,7 @@ def find_llm(model, path: Path | None = None) -> LLMInfo | None:  # noqa: ANN001
     head_size = _int(dims[3]) if len(dims) == 4 else None
     recorded = json.loads(model.metadata_props.get(LLM_KEY) or "null")
     info = LLMInfo(len(layers), kv_heads, head_size, last_logits="logits_index" in names)
-    if isinstance(recorded, dict):
+    if isinstance(recorded, dict) and "layers" in recorded:   # mcp-cli's own record (GGUF)
         for k in ("context", "heads", "hidden", "vocab", "architecture", "source"):
             setattr(info, k, recorded.get(k))
     elif path is not None:
@@ -81,6 +81,15 @@ def find_llm(model, path: Path | None = None) -> LLMInfo | None:  # noqa: ANN001
         info.vocab, info.architecture = cfg.get("vocab_size"), cfg.get("model_type")
         info.source = {"format": "onnx"}
     return info
+
+
+def mark_layout(model) -> None:  # noqa: ANN001 - mcp_compiler.ir.Model
+    """An ONNX decoder whose attention is GroupQueryAttention (onnxruntime-genai's builder) keeps
+    its cache packed: recorded for the runtime (mcp_runtime.decoder reads `kv_layout`)."""
+    if LLM_KEY in model.metadata_props or find_llm(model) is None:
+        return
+    if any(n.op_type == "GroupQueryAttention" for n in model.graph.nodes):
+        model.metadata_props[LLM_KEY] = json.dumps({"kv_layout": "packed"})
 
 
 # a decoder request's default: a prefill of REQUEST_NEW tokens after REQUEST_PAST cached ones

@@ -88,11 +88,11 @@ def reference_runner(original: Path, threads: int | None = None) -> tuple[OrtRun
     return OrtRunner(str(original), threads), "onnxruntime on the original (default optimization)"
 
 
-def prompts_for(tokenizer, count: int) -> list[list[int]]:  # noqa: ANN001 - ChatTokenizer or None
+def prompts_for(tokenizer, count: int, vocab: int | None = None) -> list[list[int]]:  # noqa: ANN001 - ChatTokenizer or None
     texts = [PROMPTS[i % len(PROMPTS)] for i in range(count)]
-    if tokenizer is None:
+    if tokenizer is None:   # ids drawn within the vocabulary (its logits' width)
         rng = np.random.default_rng(0)
-        return [list(rng.integers(3, 1000, 12 + i)) for i in range(count)]
+        return [[int(t) for t in rng.integers(min(3, (vocab or 1000) - 1), vocab or 1000, 12 + i)] for i in range(count)]
     if tokenizer.info.chat_template:
         return [tokenizer.encode(tokenizer.chat([{"role": "user", "content": t}])) for t in texts]
     return [tokenizer.encode(t) for t in texts]
@@ -148,6 +148,6 @@ def verify_llm(original: str | os.PathLike, model_file: Path, runtime, *, prompt
         warnings.append("the entry has no tokenizer: the prompts are token ids drawn at random")
     stop = set(tok.info.eos_ids) if tok else set()
     report = LLMVerifyReport(repository, label, prompts, steps, ATOL, COSINE, warnings=warnings)
-    report.results = compare(entry, reference, prompts_for(tok, prompts), steps, stop)
+    report.results = compare(entry, reference, prompts_for(tok, prompts, entry.vocab), steps, stop)
     report.seconds = round(time.perf_counter() - t0, 3)
     return report

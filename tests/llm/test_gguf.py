@@ -196,6 +196,23 @@ def test_onnx_out_is_an_optimum_decoder_that_converts_and_verifies(tiny, tmp_pat
     assert r.returncode == 0, r.stderr
     v = json.loads(r.stdout)["verification"]
     assert v["kind"] == "llm" and v["ok"] and "original" in v["reference"]
+    # as onnxruntime-genai writes it (GroupQueryAttention, no mcp-cli record): its cache is known packed
+    import onnx
+
+    from mcp_compiler.targets.triton.verify import load_runtime
+
+    m = onnx.load(str(out))
+    del m.metadata_props[:]
+    onnx.save(m, str(tmp_path / "genai.onnx"))
+    r = _cli("convert", str(tmp_path / "genai.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path / "repo2"), "--verify")
+    assert r.returncode == 0, r.stderr
+    rt = load_runtime(tmp_path / "repo2" / "genai" / "1")
+    dec = rt.Decoder(rt.MCPIRModel(tmp_path / "repo2" / "genai" / "1" / "model.mcpir"))
+    assert dec.layout == "packed"
+    seqs = [dec.sequence([1, 5, 7]), dec.sequence([1, 9, 11, 13, 15])]
+    both = dec.step(seqs)
+    alone = [dec.step([dec.sequence(p)])[0] for p in ([1, 5, 7], [1, 9, 11, 13, 15])]
+    np.testing.assert_allclose(both, np.array(alone), atol=1e-4)
 
 
 def _truncated(p: Path, d: Path) -> Path:
