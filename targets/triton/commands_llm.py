@@ -41,7 +41,7 @@ def generate(
     rep = reporter(json_out)
 
     def body() -> None:
-        import asyncio
+        from .llm_client import run as run_shared
 
         text = sys.stdin.read() if prompt == "-" else prompt
         if system is not None and not chat:
@@ -59,7 +59,7 @@ def generate(
         if c is None:
             out = _in_process(Path(model), sampling, kw, show)
         else:
-            out = asyncio.run(_served(c, model, sampling, kw, show))
+            out = run_shared(_served(c, model, sampling, kw, show))
         if json_out:
             rep.json(out)
         else:

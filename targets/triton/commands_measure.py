@@ -349,6 +349,13 @@ def tune(
     apply_best: bool = typer.Option(False, "--apply", help="Rewrite the entry's config.pbtxt with the best setting, "
                                     "when the pairs confirm it beat the baseline beyond noise."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing --report / --plot files."),
+    kv_memory: Optional[str] = typer.Option(None, "--kv-memory", metavar="BYTES", rich_help_panel="LLM",
+                                            help="LLM entry: the memory the KV-cache pool may take (e.g. 1GiB; "
+                                            "default: the entry's pool, else 512MiB)."),
+    prompt_words: int = typer.Option(64, "--prompt-words", min=1, max=100_000, rich_help_panel="LLM",
+                                     help="LLM entry: words of each stream's prompt."),
+    output_tokens: int = typer.Option(32, "--output-tokens", min=1, max=100_000, rich_help_panel="LLM",
+                                      help="LLM entry: tokens each stream generates."),
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
     """Choose the serving parameters (dynamic batching and queue delay, instances and threads,
@@ -360,11 +367,21 @@ def tune(
     beat the baseline beyond noise", config untouched, exit 0). Progress goes to stderr. Exit 1 when no trial meets the SLO (naming the
     best p99 seen; the report and plot are still written); exit 2 for bad flags or a budget too small
     for one trial. Ctrl-C reloads the original config and stops the server.
+
+    An LLM generation entry is tuned for a p99 time between tokens (--slo-p99-ms) instead: the
+    sequences run at once (max_concurrent_requests) and the pool within --kv-memory, under
+    --concurrency streams (default 16), confirmed in pairs the same way.
     """
     rep = reporter(json_out)
 
     def body() -> None:
         from mcp_compiler.files import check_output
+
+        if _generation(str(entry), None):
+            return _tune_llm(rep, entry, slo_p99_ms, concurrency, kv_memory, budget_s, pairs, margin, apply_best,
+                             report_path, force, json_out, prompt_words=prompt_words, output_tokens=output_tokens)
+        if kv_memory is not None:
+            raise UsageError("--kv-memory goes with an LLM entry")
 
         from .loadgen import Load
         from .tune import SloNotMetError, apply, write_report
@@ -409,6 +426,57 @@ def tune(
                                  f"the best p99 seen: {best_p99}")
 
     run(rep, debug, body)
+
+
+def _tune_llm(rep, entry: Path, slo: float, clients: int | None, kv_memory: str | None, budget_s: float,  # noqa: ANN001
+              pairs: int, margin: float, apply_best: bool, report_path: Path | None, force: bool,
+              json_out: bool, **load) -> None:
+    import json
+
+    from mcp_compiler.files import check_output
+
+    from .flags import parse_bytes
+    from .llm_tune import apply_llm, tune_llm
+    from .tune import SloNotMetError
+
+    if not slo > 0:
+        raise UsageError(f"--slo-p99-ms must be positive, got {slo}")
+    budget = parse_bytes(kv_memory, "--kv-memory") if kv_memory is not None else None
+    if report_path is not None:
+        check_output(report_path, "--report", force=force, inputs=(entry / "config.pbtxt",))
+    r = tune_llm(entry, slo, clients=clients or 16, memory_budget=budget, pairs=pairs, margin=margin,
+                 budget_s=budget_s, progress=_progress(rep), **load)
+    if apply_best and r.confirmed and r.best is not None:
+        r.applied = str(apply_llm(entry, r.best))
+    out = r.to_dict()
+    if report_path is not None:
+        report_path.write_text(json.dumps(out, indent=2), encoding="utf-8")
+    rep.json(out)
+    if not json_out:
+        rep.out.print(f"{r.model}: {r.clients} streams, SLO p99 time between tokens {slo:g} ms, pool within "
+                      f"{r.memory_budget / 2**20:.0f} MiB: {len(r.trials)} trials in {r.spent_s:.0f} s", markup=False)
+        for t in r.trials:
+            mark = "ok " if t.meets_slo else "   "
+            errs = f", {t.errors} errors" if t.errors else ""
+            rep.out.print(f"  {mark}{t.max_running:>3} at once: {t.aggregate_tps:7.1f} tok/s, tbt p99 {t.tbt_p99_ms:.1f} "
+                          f"ms, ttft p99 {t.ttft_p99_ms:.0f} ms{errs}", markup=False)
+        if r.best is not None:
+            rep.out.print(f"  best: max_concurrent_requests {r.best.max_running}", markup=False)
+        if r.confirmation:
+            rep.out.print(f"  confirmation ({len(r.confirmation['pairs'])} pairs): {r.confirmation['verdict']}",
+                          markup=False)
+        if r.applied:
+            rep.out.print(f"  applied to {r.applied}", markup=False)
+        elif apply_best:
+            why = ("the entry's own setting is the best" if r.best and not r.confirmation
+                   else "no setting beat the entry's beyond noise" if r.best else "no setting met the SLO")
+            rep.out.print(f"  not applied: {why}", markup=False)
+        for n in r.notes:
+            rep.out.print(f"  note: {n}", markup=False)
+    if r.best is None:
+        low = min(r.trials, key=lambda t: t.tbt_p99_ms) if r.trials else None
+        raise SloNotMetError(f"no setting met p99 time between tokens <= {slo:g} ms with {r.clients} streams"
+                             + (f"; the lowest: {low.tbt_p99_ms} ms ({low.max_running} at once)" if low else ""))
 
 
 def _tuned(rep, r, apply_best: bool) -> None:  # noqa: ANN001 - tune.TuneReport

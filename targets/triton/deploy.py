@@ -342,10 +342,8 @@ def _local_model(entry: Entry):  # noqa: ANN202 - (IR model, feeds -> outputs)
 
 def _smoke_generation(conn: Connection, name: str, version: int) -> None:
     """A generation entry: one token over gRPC's stream (its decoupled policy takes no other)."""
-    import asyncio
-
     from .client import aio_client
-    from .llm_client import complete
+    from .llm_client import complete, run
 
     async def one() -> None:
         c = aio_client(conn)
@@ -357,7 +355,7 @@ def _smoke_generation(conn: Connection, name: str, version: int) -> None:
         if got.finish != "length" or len(got.ids) != 1:
             raise DeployError(f"smoke generation on {name} v{version} gave {len(got.ids)} tokens, finish {got.finish!r}")
 
-    asyncio.run(one())
+    run(one())
 
 
 def _smoke(c, conn: Connection, cfg: Any, name: str, version: int, feeds: dict) -> float:  # noqa: ANN001

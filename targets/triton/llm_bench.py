@@ -143,13 +143,15 @@ async def _point(conn, model: str, concurrency: int, per_client: int, words: int
 def measure_llm(conn, model: str, concurrencies: list[int], *, prompt_words: int = 96, output_tokens: int = 64,  # noqa: ANN001
                 shared_prefix: int = 0, per_client: int = 2, metrics_url: str | None = None,
                 progress=None) -> list[LLMPoint]:  # noqa: ANN001
+    from .llm_client import run
+
     points = []
-    asyncio.run(_point(conn, model, 1, 1, 8, 2, 0))   # warm: the first request's allocations are not measured
+    run(_point(conn, model, 1, 1, 8, 2, 0))   # warm: the first request's allocations are not measured
     for n in concurrencies:
         if progress:
             progress(f"{n} stream(s) x {per_client} request(s) each")
         with _Sampler(metrics_url, model) as sampler:
-            p = asyncio.run(_point(conn, model, n, per_client, prompt_words, output_tokens, shared_prefix))
+            p = run(_point(conn, model, n, per_client, prompt_words, output_tokens, shared_prefix))
         p.peak_blocks, p.blocks_total = sampler.peak, sampler.total
         points.append(p)
     return points

@@ -9,11 +9,34 @@ sends (a bad parameter, a full queue) is raised as `GenerationError` with the en
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 
 import numpy as np
+
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOCK = threading.Lock()
+
+
+def shared_loop() -> asyncio.AbstractEventLoop:
+    """The one event loop this process talks to generation entries from, running in a daemon
+    thread. grpc's asyncio client binds its completion queue to the first loop that uses it: a
+    later `asyncio.run` loop gets its events late or not at all ("Event loop is closed"), so
+    every caller here (generate, bench, deploy's smoke test, the OpenAI front) uses this one."""
+    global _LOOP
+    with _LOCK:
+        if _LOOP is None or _LOOP.is_closed():
+            _LOOP = asyncio.new_event_loop()
+            threading.Thread(target=_LOOP.run_forever, name="mcp-grpc-aio", daemon=True).start()
+        return _LOOP
+
+
+def run(coro: Coroutine):  # noqa: ANN201 - what the coroutine returns
+    """Run `coro` on the shared loop and wait for it."""
+    return asyncio.run_coroutine_threadsafe(coro, shared_loop()).result()
 
 
 class GenerationError(RuntimeError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 import uuid
 
@@ -278,24 +277,29 @@ class FrontServer:
         config = uvicorn.Config(build_app(front), host=host, port=port, log_level="warning", lifespan="off",
                                 ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile, access_log=False)
         self.server = uvicorn.Server(config)
-        self.host, self._thread = host, None
+        self.host = host
         self.loop: asyncio.AbstractEventLoop | None = None
-
-    def _run(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.loop.run_until_complete(self.server.serve())
+        self._done = None
 
     def start(self, timeout: float = 30.0) -> int:
-        self._thread = threading.Thread(target=self._run, daemon=True, name="mcp-openai-front")
-        self._thread.start()
+        """uvicorn on the process's shared loop (llm_client.shared_loop: grpc's asyncio client
+        works on one loop a process); the port it bound."""
+        from .llm_client import shared_loop
+
+        self.loop = shared_loop()
+        self._done = asyncio.run_coroutine_threadsafe(self.server.serve(), self.loop)
         deadline = time.monotonic() + timeout
         while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the OpenAI front did not start")
+            if self._done.done() or time.monotonic() > deadline:
+                err = self._done.exception() if self._done.done() else None
+                raise RuntimeError(f"the OpenAI front did not start{f': {err}' if err else ''}")
             time.sleep(0.02)
         return self.server.servers[0].sockets[0].getsockname()[1]
 
     def stop(self) -> None:
         self.server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._done is not None:
+            try:
+                self._done.result(timeout=10)
+            except Exception:  # noqa: BLE001 - stopping: what it ended with does not matter
+                pass

@@ -55,7 +55,9 @@ def local(repo):
 
 
 def _run(coro):
-    return asyncio.run(coro)
+    from mcp_compiler.targets.triton.llm_client import run
+
+    return run(coro)   # grpc's asyncio client: one loop a process
 
 
 async def _collect(url, **kw):
@@ -233,3 +235,24 @@ def test_deploy_bench_and_generate_against_the_server(repo, server):
     assert b["points"][1]["prefix_hit_rate"] > 0          # the shared words' blocks were found again
     g = cli("generate", "tiny2", "hello", "--url", url, "--max-tokens", "3", "--ignore-eos")
     assert len(g["token_ids"]) == 3 and g["finish_reason"] == "length" and g["usage"]["prompt_tokens"] == 5
+
+
+def test_tune_an_llm_entry_for_a_time_between_tokens_slo(repo, tmp_path):
+    import shutil
+
+    entry = tmp_path / "repo" / "tiny"
+    shutil.copytree(repo / "tiny", entry)
+    before = (entry / "config.pbtxt").read_text()
+    r = subprocess.run([*CLI, "tune", str(entry), "--slo-p99-ms", "5000", "-c", "4", "--confirm-pairs", "3",
+                        "--prompt-words", "3", "--output-tokens", "8", "--apply", "--json"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["kind"] == "llm" and out["best"] is not None and [t["max_running"] for t in out["trials"]][:3] == [1, 2, 4]
+    assert all(t["errors"] == 0 for t in out["trials"])
+    changed = (entry / "config.pbtxt").read_text() != before
+    assert changed == bool(out["applied"]) and (not out["applied"] or out["confirmed"])   # applied only when confirmed
+    r = subprocess.run([*CLI, "tune", str(entry), "--slo-p99-ms", "0.000001", "-c", "2", "--prompt-words", "3",
+                        "--output-tokens", "8", "--json"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 1 and "no setting met" in json.loads(r.stdout)["error"]["message"]
