@@ -158,7 +158,7 @@ class LlamaCpp:
         self.proc = subprocess.Popen([self.python, "-m", "llama_cpp.server", "--model", str(self.gguf), "--host",
                                       "127.0.0.1", "--port", str(port), "--n_threads", str(self.threads),
                                       "--n_threads_batch", str(self.threads), "--n_ctx", "4096",
-                                      "--model_alias", "smol"],
+                                      "--model_alias", "smol", "--interrupt_requests", "False"],   # serve each, not cut the last short
                                      stdout=subprocess.DEVNULL, stderr=self.log, text=True)   # it logs a lot: a file
         self.base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120

@@ -279,8 +279,21 @@ def _generation_config(model: Model, name: str, backend: str, p: ServingParams, 
               P.GENERATION: json.dumps(gen, sort_keys=True)}
     for k, v in params.items():
         cfg.parameters[k].string_value = v
-    warnings.append(Note("a decoder LLM: served as a streaming generation entry (decoupled; gRPC streams, "
-                         "`mcp-cli generate`, `serve --openai-port`); --no-generation serves its raw step"))
+    llm = find_llm(model)
+    per_token = llm.cache_bytes_per_token
+    if gen["kv_cache_bytes"] and per_token:
+        blocks = gen["kv_cache_bytes"] // (per_token * gen["block_size"])
+        if blocks < 1:
+            raise UsageError(f"--kv-cache-bytes {gen['kv_cache_bytes']}: holds no block of {gen['block_size']} tokens "
+                             f"({per_token * gen['block_size']:,} bytes at {per_token:,} bytes a token)")
+        pool = (f"KV-cache pool {gen['kv_cache_bytes'] / 2**20:.0f} MiB: {blocks:,} blocks of {gen['block_size']} "
+                f"tokens = {blocks * gen['block_size']:,} tokens at {per_token:,} bytes a token")
+    else:
+        pool = (f"KV-cache pool: a tenth of the server's memory at load ({per_token:,} bytes a token; "
+                "--kv-cache-bytes fixes it)" if per_token else "KV-cache pool: a tenth of the server's memory at load")
+    warnings.append(Note(f"a decoder LLM: served as a streaming generation entry (decoupled; gRPC streams, "
+                         f"`mcp-cli generate`, `serve --openai-port`), up to {gen['max_running']} sequences at once; "
+                         f"{pool}; --no-generation serves its raw step"))
     return cfg
 
 

@@ -77,7 +77,7 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     backend = cfg.backend or "onnxruntime"
     level = cfg.parameters[P.QUANTIZATION_LEVEL].string_value if P.QUANTIZATION_LEVEL in cfg.parameters else "none"
     params = {k: v.string_value for k, v in cfg.parameters.items()}
-    recorded = _recorded_budget(params, model_dir)
+    recorded = {} if budget is not None else _recorded_budget(params, model_dir)
     execution = (params.get(P.EXECUTION, "onnxruntime"), params.get(P.PRECISION, "f32"))
     judged = budget or recorded or default_budget(level)
     seed = seed if seed is not None else (JUDGE_SEED if judged else 0)
@@ -206,19 +206,59 @@ def _check_same_interface(original: Path, cfg, entry: Path) -> list[str]:  # noq
     return outs
 
 
-def _recorded_budget(params: dict[str, str], entry: Path) -> dict[str, float]:
+BUDGET_TEXT_LIMIT = 4096   # a recorded budget is a few keys: a longer one is not mcp-cli's
+
+
+def _recorded_budget(params: dict[str, str], entry: Path, given: bool = False) -> dict[str, float]:
     """The budget the entry was built with (`mcp_budget`: --accuracy-budget, or the one its
-    execution was chosen by), {} when none."""
+    execution was chosen by), {} when none. The file is not trusted more than the command line:
+    the same rules as --accuracy-budget (known keys, finite numbers in their ranges, a bounded
+    parse), and never looser than the default budget of the entry's precision unless the user
+    gives that budget to verify (`given`); a bad one is exit 2 naming config.pbtxt."""
+    import math
+
+    from mcp_compiler.accuracy import BUDGET_KEYS, BUDGET_RANGES, default_budget
+
     text = params.get(P.BUDGET)
     if not text:
         return {}
+    path = entry / "config.pbtxt"
+
+    def bad(why: str) -> InvalidModelError:
+        return InvalidModelError(path, f"parameter mcp_budget {why}")
+
+    if len(text) > BUDGET_TEXT_LIMIT:
+        raise bad(f"is {len(text):,} characters: not a budget (at most {BUDGET_TEXT_LIMIT})")
+
+    def no_constant(name: str) -> float:
+        raise ValueError(name)
+
     try:
-        got = json.loads(text)
-        if not isinstance(got, dict) or not all(isinstance(v, (int, float)) for v in got.values()):
-            raise ValueError
-        return {str(k): float(v) for k, v in got.items()}
-    except ValueError:
-        raise InvalidModelError(entry / "config.pbtxt", f"parameter mcp_budget is not a budget: {text[:80]!r}") from None
+        got = json.loads(text, parse_constant=no_constant)   # NaN, Infinity: refused
+    except (ValueError, RecursionError):
+        raise bad(f"is not a budget: {text[:80]!r}") from None
+    if not isinstance(got, dict) or not got:
+        raise bad(f"is not a budget: {text[:80]!r}")
+    out: dict[str, float] = {}
+    for k, v in got.items():
+        if k not in BUDGET_KEYS:
+            raise bad(f"has an unknown key {str(k)[:40]!r} (known: {', '.join(BUDGET_KEYS)})")
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            raise bad(f"{k} = {str(v)[:40]!r} is not a finite number")
+        lo, hi = BUDGET_RANGES[k]
+        if not lo <= v <= hi:
+            raise bad(f"{k} = {v:g} is outside {lo:g}..{hi:g}")
+        out[k] = float(v)
+    level = params.get(P.QUANTIZATION_LEVEL, "none")
+    precision = params.get(P.PRECISION, "f32")
+    floor = default_budget(level if level != "none" else precision if precision in ("bf16", "fp16") else None)
+    looser = [f"{k} {out[k]:g} (default {floor[k]:g})" for k in out if k in floor and
+              (out[k] < floor[k] if BUDGET_KEYS[k][1] == "min" else out[k] > floor[k])]
+    if looser and not given:
+        flags = ",".join(f"{k}={v:g}" for k, v in out.items())
+        raise bad(f"is looser than the default for {level if level != 'none' else precision} ({'; '.join(looser)}): "
+                  f"verify judges by a looser budget only when told so: --accuracy-budget {flags}")
+    return out
 
 
 def execution_loader(vdir: Path):  # noqa: ANN201 - profile.Loader

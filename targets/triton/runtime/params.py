@@ -62,9 +62,12 @@ def read(parameters: Mapping[str, str]) -> Params:
         return int(text)
 
     def loaded(key: str, default: str):  # noqa: ANN202 - the JSON value
+        text = get(key, default)
+        if len(text) > 1 << 20:
+            raise ValueError(f"parameter {key}: {len(text):,} characters (at most {1 << 20:,})")
         try:
-            return json.loads(get(key, default))
-        except ValueError:
+            return json.loads(text)
+        except (ValueError, RecursionError):   # 50,000 nested brackets: a RecursionError, as bad as garbage
             raise ValueError(f"parameter {key}: not JSON") from None
 
     return Params(runtime=get(RUNTIME, "model.mcpir"), execution=get(EXECUTION, "onnxruntime"),

@@ -1,0 +1,79 @@
+"""Hardening round 5 (issue 62): what a file says is not trusted more than the command line.
+
+A recorded accuracy budget (config.pbtxt's mcp_budget) is held to --accuracy-budget's rules, and
+a budget looser than the entry's precision's default is never taken from the file alone: an
+edited config cannot make verify pass a wrong model. Each case failed before the fix (exit 0 or
+an internal error)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from _helpers import GOLDEN
+
+CLI = [sys.executable, "-m", "mcp_compiler.cli"]
+MLP = GOLDEN / "mlp" / "model.onnx"
+
+
+def _cli(*args):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def fp16_entry(tmp_path_factory):
+    d = tmp_path_factory.mktemp("budget")
+    r = _cli("convert", str(MLP), "-t", "triton-v1.12", "-o", str(d), "--name", "m", "--quantize", "fp16",
+             "--quantize-min-elements", "1", "--accuracy-budget", "cos=0.9999")
+    assert r.returncode == 0, r.stderr
+    return d / "m"
+
+
+def _with_budget(entry, tmp_path, text):
+    import shutil
+
+    copy = tmp_path / "m"
+    shutil.copytree(entry, copy)
+    cfg = (copy / "config.pbtxt").read_text()
+    cfg, n = re.subn(r'(key: "mcp_budget"\s*value \{\s*string_value: )"(?:[^"\\]|\\.)*"',
+                     lambda m: m.group(1) + json.dumps(text), cfg)
+    assert n == 1, cfg
+    (copy / "config.pbtxt").write_text(cfg)
+    return copy
+
+
+def test_the_recorded_budget_verifies(fp16_entry):
+    r = _cli("verify", str(MLP), str(fp16_entry), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["budget"] == {"cos": 0.9999}
+
+
+@pytest.mark.parametrize("text, expect", [
+    ('{"cos": -1}', "outside"),
+    ('{"cos": 0.5}', "looser"),                      # within --accuracy-budget's range, looser than fp16's
+    ('{"rel": 1e308}', "outside"),
+    ('{"max-abs": Infinity}', "not a budget"),
+    ('{"cos": NaN}', "not a budget"),
+    ('{"cos": 2}', "outside"),
+    ('{"cos": true}', "not a finite number"),
+    ('{"cosine": 0.99}', "unknown key"),
+    ("[" * 50_000 + "]" * 50_000, "characters"),
+    ('{"cos": 0.99', "not a budget"),
+    ("{}", "not a budget"),
+])
+def test_a_bad_or_loosened_recorded_budget_is_exit_2_naming_the_config(fp16_entry, tmp_path, text, expect):
+    entry = _with_budget(fp16_entry, tmp_path, text)
+    r = _cli("verify", str(MLP), str(entry))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "config.pbtxt" in lines[0] and expect in lines[0], r.stderr
+    assert "internal error" not in r.stderr
+
+
+def test_a_looser_budget_given_on_the_command_line_is_the_users_choice(fp16_entry, tmp_path):
+    entry = _with_budget(fp16_entry, tmp_path, '{"cos": 0.5}')
+    r = _cli("verify", str(MLP), str(entry), "--accuracy-budget", "cos=0.5", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["budget"] == {"cos": 0.5}
