@@ -223,7 +223,12 @@ def _generation(target: str, remote) -> bool:  # noqa: ANN001 - client.Connectio
         return P.GENERATION in read_config(target).parameters
     if remote is None:
         return False
-    return P.GENERATION in remote_config(remote, str(target)).parameters
+    from mcp_compiler.errors import McpError
+
+    try:
+        return P.GENERATION in remote_config(remote, str(target)).parameters
+    except McpError:   # unreachable, unknown model: bench's own path reports it as it always has
+        return False
 
 
 def _bench_llm(rep, target: str, remote, concurrency: str | None, metrics_url: str | None, json_out: bool,  # noqa: ANN001
