@@ -208,3 +208,27 @@ def test_stream_text_holds_back_half_characters_and_stop_strings():
     st = StreamText(raw, ["zz"])
     out = "".join(st.push(i)[0] for i in (1, 2, 3, 4)) + st.flush()
     assert out == "Hello world"
+
+
+def test_a_client_gone_during_a_long_prefill_stops_it_between_chunks(decoder):
+    engine = _engine(decoder, prefill_chunk=4)
+    try:
+        left = threading.Event()
+        c = _Collect()
+        steps = []
+
+        class Counting:
+            def __init__(self, inner):
+                self.inner, self.vocab = inner, VOCAB
+
+            def step(self, seqs):
+                steps.append(len(seqs))
+                left.set()                   # the client leaves after the first chunk
+                return self.inner.step(seqs)
+
+        engine.decoder = Counting(decoder)
+        engine.submit(Request(list(range(3, 80)), Sampling(max_tokens=5), c, gone=left.is_set))
+        _until(lambda: steps and engine.snapshot()["running"] == 0 and engine.snapshot()["blocks_used"] == 0)
+        assert c.tokens == [] and c.final is None and len(steps) <= 2   # 20 chunks, 1 or 2 run
+    finally:
+        engine.close()

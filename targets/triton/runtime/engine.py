@@ -195,10 +195,12 @@ def sample(logits: np.ndarray, s: Sampling, rng: np.random.Generator) -> int:
 class Request:
     """A generation: its prompt ids, sampling, and `emit(event)`, called from the engine's thread
     with {"token": id} per token, then {"finish": reason} ("stop", "length", "cancelled",
-    "error") with the usage counts; `stopped(token) -> bool` may end it early (stop strings)."""
+    "error") with the usage counts; `stopped(token) -> bool` may end it early (stop strings);
+    `gone() -> bool`, asked before each step, cancels it when the client has left."""
 
-    def __init__(self, prompt: list[int], sampling: Sampling, emit, stopped=None) -> None:  # noqa: ANN001
+    def __init__(self, prompt: list[int], sampling: Sampling, emit, stopped=None, gone=None) -> None:  # noqa: ANN001
         self.prompt, self.sampling, self.emit, self.stopped = prompt, sampling, emit, stopped
+        self.gone = gone            # () -> bool: the client went away (asked before each step)
         self.cancelled = False
         self.arrived = time.monotonic()
         self.seq: PooledSequence | None = None
@@ -226,6 +228,13 @@ class Stats:
     # seconds, drained by the metrics reader (the latest kept when none reads them)
     ttft: deque = field(default_factory=lambda: deque(maxlen=10_000))
     tbt: deque = field(default_factory=lambda: deque(maxlen=10_000))
+
+
+def _asks(gone) -> bool:  # noqa: ANN001
+    try:
+        return bool(gone())
+    except Exception:  # noqa: BLE001 - a sender that cannot say is a client gone
+        return True
 
 
 class Engine:
@@ -355,6 +364,9 @@ class Engine:
                         self._finish(r, "error", "the server is shutting down")
                     self.running, self.waiting = [], deque()
                     return
+                for r in [*self.running, *self.waiting]:
+                    if not r.cancelled and r.gone is not None and _asks(r.gone):
+                        r.cancelled = True   # a prompt's chunks stop too, not only its tokens
                 for r in [r for r in self.running if r.cancelled]:
                     self.running.remove(r)
                     self._finish(r, "cancelled")

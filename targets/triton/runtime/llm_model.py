@@ -201,7 +201,7 @@ class TritonPythonModel:
             send(rest, [], event["finish"], json.dumps(event["usage"]), flags=final)
             self.metrics.finished(event["usage"])
 
-        self.engine.submit(Request(prompt, sampling, emit, lambda token: state["stopped"]))
+        self.engine.submit(Request(prompt, sampling, emit, lambda token: state["stopped"], gone=sender.is_cancelled))
 
     def finalize(self):
         self.metrics.stop()
