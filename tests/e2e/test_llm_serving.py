@@ -79,6 +79,18 @@ def _metric(server, name):
     return vals[0] if vals else None
 
 
+def _serve(repo, *extra):
+    proc = subprocess.Popen([*CLI, "serve", str(repo), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+                             *extra, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    text = ""
+    while True:   # one JSON object, once the server is ready
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        text += line
+        if line.startswith("}"):
+            return proc, json.loads(text)
+
+
 def test_streams_equal_in_process_greedy_and_end_with_one_final_response(server, local):
     from mcp_compiler.targets.triton.runtime.decoder import greedy
 
@@ -169,18 +181,9 @@ def test_openai_client_against_serve_openai_port(repo, local):
     from mcp_compiler.targets.triton.runtime.decoder import greedy
 
     rt, dec = local
-    proc = subprocess.Popen([*CLI, "serve", str(repo), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
-                             "--openai-port", "0", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, info = _serve(repo, "--openai-port", "0")
     try:
-        text = ""
-        while True:   # one JSON object, once the server is ready
-            line = proc.stdout.readline()
-            assert line, proc.stderr.read()
-            text += line
-            if line.startswith("}"):
-                break
-        info = json.loads(text)
-        assert info["openai_models"] == ["tiny"], text
+        assert info["openai_models"] == ["tiny"], info
         c = openai.OpenAI(base_url=info["openai"], api_key="unused")
         assert [m.id for m in c.models.list().data] == ["tiny"]
         from mcp_compiler.targets.triton.runtime.text import ChatTokenizer, TokenizerInfo
@@ -256,3 +259,22 @@ def test_tune_an_llm_entry_for_a_time_between_tokens_slo(repo, tmp_path):
                         "--output-tokens", "8", "--json"],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 1 and "no setting met" in json.loads(r.stdout)["error"]["message"]
+
+
+def test_traced_generation_has_queue_prefill_and_decode_spans(repo, tmp_path):
+    pytest.importorskip("opentelemetry.sdk")
+    trace = tmp_path / "trace.json"
+    proc, info = _serve(repo, "--trace", f"file={trace}")
+    try:
+        url = info["grpc"].split("://", 1)[1]
+        for p in ([1, 5, 7], [1, 9]):
+            assert _run(_collect(url, ids=p, sampling={"max_tokens": 3}))[-1].finish == "length"
+        runtime = tmp_path / "trace.json.runtime.jsonl"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (runtime.exists() and "mcp.decode" in runtime.read_text()):
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    names = [json.loads(line)["name"] for line in runtime.read_text().splitlines()]
+    assert {"mcp.queue", "mcp.prefill", "mcp.decode"} <= set(names), names

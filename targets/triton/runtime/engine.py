@@ -203,6 +203,8 @@ class Request:
         self.gone = gone            # () -> bool: the client went away (asked before each step)
         self.cancelled = False
         self.arrived = time.monotonic()
+        self.arrived_ns = time.time_ns()       # arrival, admission, first token (the spans of a trace)
+        self.admitted_ns = self.first_ns = None
         self.seq: PooledSequence | None = None
         self.generated = 0
         self.cached_tokens = 0
@@ -304,7 +306,8 @@ class Engine:
             self.pool.release(r.seq.blocks)
             r.seq = None
         if reason != "cancelled":
-            event = {"finish": reason, "usage": r.usage()}
+            event = {"finish": reason, "usage": r.usage(),
+                     "times_ns": (r.arrived_ns, r.admitted_ns, r.first_ns, time.time_ns())}
             if error:
                 event["error"] = error
             self._emit(r, event)
@@ -336,6 +339,7 @@ class Engine:
             if blocks is None:
                 return   # FIFO: it waits for blocks, and those behind it wait too
             self.waiting.popleft()
+            r.admitted_ns = time.time_ns()
             cached = len(hits) * self.pool.block_size
             r.seq = PooledSequence(self.pool, blocks, r.prompt, cached)
             r.cached_tokens = cached
@@ -406,7 +410,7 @@ class Engine:
                 r.generated += 1
                 self.stats.generated_tokens += 1
                 if r.first_token_s is None:
-                    r.first_token_s = now
+                    r.first_token_s, r.first_ns = now, time.time_ns()
                     self.stats.ttft.append(now - r.arrived)
                 else:
                     self.stats.tbt.append(now - r.last_token_s)

@@ -14,6 +14,8 @@ A request that can never run, or one over the queue, gets one error response at 
 that goes away (cancelled) has its blocks freed within a step. Metrics: mcp_kv_cache_blocks_total,
 mcp_kv_cache_blocks_used, mcp_prompt_tokens_total, mcp_prefix_cache_hit_tokens_total,
 mcp_generated_tokens_total, mcp_time_to_first_token_seconds, mcp_time_between_tokens_seconds.
+With `mcp-cli serve --trace`, each request's spans mcp.queue, mcp.prefill and mcp.decode go
+under Triton's own (mcp_runtime.telemetry).
 """
 
 import json
@@ -32,6 +34,7 @@ from mcp_runtime import MCPIRModel  # noqa: E402
 from mcp_runtime.decoder import Decoder  # noqa: E402
 from mcp_runtime.engine import BlockPool, Busy, Engine, Request, RequestError, Sampling  # noqa: E402
 from mcp_runtime.params import read as read_params  # noqa: E402
+from mcp_runtime.telemetry import Telemetry, trace_context  # noqa: E402
 from mcp_runtime.text import ChatTokenizer, StreamText, TokenizerInfo  # noqa: E402
 
 MAX_PROMPT_BYTES = 4 << 20          # text or messages: larger is refused before tokenizing
@@ -80,6 +83,8 @@ class TritonPythonModel:
                              prefix_caching=g["prefix_caching"])
         name = args.get("model_name", cfg.get("name", "?"))
         self.metrics = _Metrics(name, str(args.get("model_version", "?")), self.engine)
+        # `mcp-cli serve --trace`: each request's queue, prefill and decode as spans under Triton's
+        self.tel = Telemetry.create(name, str(args.get("model_version", "?")))
 
     # -- a request ------------------------------------------------------------------------------
     def execute(self, requests):
@@ -175,6 +180,7 @@ class TritonPythonModel:
         sampling, stops = self._sampling(request)
         text = StreamText(self.tok.decode, stops) if self.tok is not None else None
         state = {"stopped": False}
+        traced = trace_context(request) if self.tel is not None else None
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
         def send(delta, ids, finish="", usage="", flags=0):
@@ -200,12 +206,19 @@ class TritonPythonModel:
             rest = text.flush() if text is not None and not state["stopped"] else ""
             send(rest, [], event["finish"], json.dumps(event["usage"]), flags=final)
             self.metrics.finished(event["usage"])
+            if self.tel is not None:
+                arrived, admitted, first, done = event["times_ns"]
+                admitted, first = admitted or done, first or done
+                self.tel.request(traced, [("mcp.queue", arrived, admitted), ("mcp.prefill", admitted, first),
+                                          ("mcp.decode", first, done)], 1)
 
         self.engine.submit(Request(prompt, sampling, emit, lambda token: state["stopped"], gone=sender.is_cancelled))
 
     def finalize(self):
         self.metrics.stop()
         self.engine.close()
+        if self.tel is not None:
+            self.tel.shutdown()
 
 
 class _Metrics:
