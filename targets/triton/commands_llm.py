@@ -134,9 +134,9 @@ def _in_process(folder: Path, sampling: dict, kw: dict, show) -> dict:  # noqa: 
                             top_p=sampling["top_p"], top_k=sampling["top_k"], seed=sampling.get("seed"),
                             ignore_eos=sampling["ignore_eos"])
     bs = 16
-    blocks = -(-(len(prompt) + s.max_tokens) // bs)
-    pool = engine_mod.BlockPool(max(1, blocks), bs, dec.layers, dec.kv_heads, dec.head_size)
-    eng = engine_mod.Engine(dec, pool, context=context, eos_ids=info.eos_ids, max_running=1, max_queue=1)
+    tokens = min(context, -(-(len(prompt) + s.max_tokens) // bs) * bs)   # one slot, as long as this request
+    pool = engine_mod.SlotPool(1, max(bs, tokens), bs, dec.layers, dec.kv_heads, dec.head_size)
+    eng = engine_mod.Engine(model.session, pool, context=context, eos_ids=info.eos_ids, vocab=dec.vocab, max_queue=1)
     stream = text_mod.StreamText(tok.decode, stops)
     out = {"text": "", "token_ids": [], "finish_reason": None, "usage": None}
     done, state = threading.Event(), {"stopped": False}

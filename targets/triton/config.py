@@ -282,12 +282,15 @@ def _generation_config(model: Model, name: str, backend: str, p: ServingParams, 
     llm = find_llm(model)
     per_token = llm.cache_bytes_per_token
     if gen["kv_cache_bytes"] and per_token:
-        blocks = gen["kv_cache_bytes"] // (per_token * gen["block_size"])
-        if blocks < 1:
+        from .runtime.engine import slot_tokens
+
+        tokens = slot_tokens(gen["kv_cache_bytes"], gen["max_running"], gen["block_size"], per_token,
+                             llm.context or 1 << 30)
+        if tokens < gen["block_size"]:
             raise UsageError(f"--kv-cache-bytes {gen['kv_cache_bytes']}: holds no block of {gen['block_size']} tokens "
-                             f"({per_token * gen['block_size']:,} bytes at {per_token:,} bytes a token)")
-        pool = (f"KV-cache pool {gen['kv_cache_bytes'] / 2**20:.0f} MiB: {blocks:,} blocks of {gen['block_size']} "
-                f"tokens = {blocks * gen['block_size']:,} tokens at {per_token:,} bytes a token")
+                             f"for each of {gen['max_running']} sequences ({per_token:,} bytes a token)")
+        pool = (f"KV-cache pool {gen['kv_cache_bytes'] / 2**20:.0f} MiB: {gen['max_running']} slots of {tokens:,} "
+                f"tokens (prompt + max_tokens of a request at most) at {per_token:,} bytes a token")
     else:
         pool = (f"KV-cache pool: a tenth of the server's memory at load ({per_token:,} bytes a token; "
                 "--kv-cache-bytes fixes it)" if per_token else "KV-cache pool: a tenth of the server's memory at load")

@@ -1,5 +1,6 @@
-"""The generation engine of a decoder entry (mcp_runtime.engine): its block pool, prefix reuse,
-continuous batching against in-process greedy, sampling, cancellation and refusals."""
+"""The generation engine of a decoder entry (mcp_runtime.engine): its slot pool and the keys of
+its blocks, prefix reuse, continuous batching against in-process greedy, sampling, cancellation
+and refusals."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from _tiny import CONTEXT, HIDDEN, KV_HEADS, LAYERS, VOCAB, write_tiny_gguf
 
 from mcp_compiler.targets.triton.runtime.decoder import Decoder, greedy
-from mcp_compiler.targets.triton.runtime.engine import BlockPool, Busy, Engine, Request, RequestError, Sampling, sample
+from mcp_compiler.targets.triton.runtime.engine import Busy, Engine, Request, RequestError, Sampling, SlotPool, chain, sample
 
 HEAD = HIDDEN // 4
 
@@ -24,8 +25,8 @@ def decoder(tmp_path_factory):
     return Decoder(OrtRunner(gguf_decoder(path, last_logits=True).SerializeToString()))
 
 
-def _pool(blocks=32, size=4):
-    return BlockPool(blocks, size, LAYERS, KV_HEADS, HEAD)
+def _pool(slots=4, tokens=CONTEXT, size=4):
+    return SlotPool(slots, tokens, size, LAYERS, KV_HEADS, HEAD)
 
 
 class _Collect:
@@ -55,25 +56,25 @@ def _until(cond):
 
 
 def _engine(decoder, pool=None, **kw):
-    return Engine(decoder, pool or _pool(), context=CONTEXT, eos_ids=[], **kw)
+    return Engine(decoder.runner.session, pool or _pool(), context=CONTEXT, eos_ids=[], vocab=VOCAB, **kw)
 
 
-def test_pool_keys_full_blocks_and_reuses_them_lru():
-    pool = _pool(blocks=4, size=2)
-    got = pool.acquire([], 3)
-    assert got is not None and pool.used() == 3
-    k0 = pool.chain(b"", [1, 2])
-    pool.register(got[0], k0)
-    pool.register(got[1], pool.chain(k0, [3, 4]))
-    assert pool.lookup([1, 2, 3, 4, 5]) == got[:2]
-    assert pool.lookup([1, 9, 3, 4]) == []                 # a block is keyed by its prefix too
-    pool.release(got)
-    assert pool.used() == 0 and pool.cached() == 2         # freed, still reusable
-    assert pool.acquire([], 5) is None and pool.used() == 0   # never more than the pool: nothing taken
-    again = pool.acquire(pool.lookup([1, 2, 3, 4]), 0)
-    assert again == got[:2] and pool.used() == 2
-    fresh = pool.acquire([], 2)                           # the unkeyed blocks go before the cached ones
-    assert set(fresh).isdisjoint(got[:2])
+def test_pool_keys_full_blocks_and_reuses_free_slots_lru():
+    pool = _pool(slots=3, tokens=8, size=2)
+    slot, cached = pool.take([1, 2, 3, 4, 5], blocks=3, reuse=True)
+    assert cached == 0 and pool.used() == 3
+    k0 = chain(b"", [1, 2])
+    pool.register(slot, k0)
+    pool.register(slot, chain(k0, [3, 4]))
+    assert pool.lookup([1, 2, 3, 4, 5])[:2] == (slot, 2)
+    assert pool.lookup([1, 9, 3, 4])[1] == 0                 # a block is keyed by its prefix too
+    pool.give_back(slot)
+    assert pool.used() == 0 and pool.cached() == 2           # freed, still findable
+    again, cached = pool.take([1, 2, 3, 4, 9], blocks=3, reuse=True)
+    assert again == slot and cached == 4                     # the free slot taken as it is
+    other, cached = pool.take([1, 2, 3, 4, 7], blocks=3, reuse=True)
+    assert other != slot and cached == 4                     # a running slot's prefix: copied
+    assert pool.take([5], blocks=1, reuse=True) is not None and pool.take([5], blocks=1, reuse=True) is None
 
 
 def test_served_greedy_equals_in_process_greedy_in_one_batch(decoder):
@@ -137,13 +138,13 @@ def test_a_client_whose_send_fails_is_dropped_not_the_server(decoder):
 
 
 def test_requests_that_can_never_run_are_refused_before_any_compute(decoder):
-    engine = _engine(decoder, pool=_pool(blocks=4, size=4), max_queue=1, max_running=1)
+    engine = _engine(decoder, pool=_pool(slots=1, tokens=16, size=4), max_queue=1)
     try:
         with pytest.raises(RequestError, match="empty"):
             engine.submit(Request([], Sampling(), _Collect()))
         with pytest.raises(RequestError, match="context"):
             engine.submit(Request([1] * (CONTEXT - 2), Sampling(max_tokens=10), _Collect()))
-        with pytest.raises(RequestError, match="blocks"):
+        with pytest.raises(RequestError, match="slot holds 16"):
             engine.submit(Request([1] * 10, Sampling(max_tokens=10), _Collect()))
         with pytest.raises(RequestError, match="token ids"):
             engine.submit(Request([VOCAB + 5], Sampling(max_tokens=1), _Collect()))
@@ -156,22 +157,25 @@ def test_requests_that_can_never_run_are_refused_before_any_compute(decoder):
         engine.close()
 
 
-def test_a_full_pool_queues_then_a_full_queue_refuses_at_once(decoder):
+def _wrap(engine, before):
+    """Call `before()` ahead of each forward pass of the engine's runner."""
+    inner = engine.runner.run
+
+    def run(*a, **kw):
+        before()
+        return inner(*a, **kw)
+
+    engine.runner.run = run
+
+
+def test_full_slots_queue_then_a_full_queue_refuses_at_once(decoder):
     gate = threading.Event()
-
-    class Slow:
-        def __init__(self, inner):
-            self.inner, self.vocab = inner, VOCAB
-
-        def step(self, seqs):
-            gate.wait(60)
-            return self.inner.step(seqs)
-
-    engine = Engine(Slow(decoder), _pool(blocks=4, size=4), context=CONTEXT, eos_ids=[], max_queue=1)
+    engine = _engine(decoder, pool=_pool(slots=1, tokens=16, size=4), max_queue=1)
+    _wrap(engine, lambda: gate.wait(60))
     try:
-        a = _run(engine, [1, 2, 3], max_tokens=13)             # holds all 4 blocks
+        a = _run(engine, [1, 2, 3], max_tokens=13)             # holds the one slot
         _until(lambda: engine.snapshot()["running"] == 1)
-        b = _run(engine, [1, 2], max_tokens=2)                 # waits for blocks
+        b = _run(engine, [1, 2], max_tokens=2)                 # waits for it
         _until(lambda: engine.snapshot()["waiting"] == 1)
         with pytest.raises(Busy, match="busy"):
             _run(engine, [1], max_tokens=1)
@@ -217,16 +221,11 @@ def test_a_client_gone_during_a_long_prefill_stops_it_between_chunks(decoder):
         c = _Collect()
         steps = []
 
-        class Counting:
-            def __init__(self, inner):
-                self.inner, self.vocab = inner, VOCAB
+        def leave():
+            steps.append(1)
+            left.set()                   # the client leaves after the first chunk
 
-            def step(self, seqs):
-                steps.append(len(seqs))
-                left.set()                   # the client leaves after the first chunk
-                return self.inner.step(seqs)
-
-        engine.decoder = Counting(decoder)
+        _wrap(engine, leave)
         engine.submit(Request(list(range(3, 80)), Sampling(max_tokens=5), c, gone=left.is_set))
         _until(lambda: steps and engine.snapshot()["running"] == 0 and engine.snapshot()["blocks_used"] == 0)
         assert c.tokens == [] and c.final is None and len(steps) <= 2   # 20 chunks, 1 or 2 run

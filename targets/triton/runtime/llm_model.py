@@ -32,7 +32,7 @@ if HERE not in sys.path:
 
 from mcp_runtime import MCPIRModel  # noqa: E402
 from mcp_runtime.decoder import Decoder  # noqa: E402
-from mcp_runtime.engine import BlockPool, Busy, Engine, Request, RequestError, Sampling  # noqa: E402
+from mcp_runtime.engine import Busy, Engine, Request, RequestError, Sampling, SlotPool, slot_tokens  # noqa: E402
 from mcp_runtime.params import read as read_params  # noqa: E402
 from mcp_runtime.telemetry import Telemetry, trace_context  # noqa: E402
 from mcp_runtime.text import ChatTokenizer, StreamText, TokenizerInfo  # noqa: E402
@@ -66,19 +66,18 @@ class TritonPythonModel:
         info = TokenizerInfo.from_metadata(meta)
         self.tok = ChatTokenizer(info) if info is not None else None
         self.context = int(spec.get("context") or 2048)
-        per_token = 2 * self.decoder.layers * self.decoder.kv_heads * self.decoder.head_size * 4
-        bs = g["block_size"]
+        d = self.decoder
+        per_token = SlotPool.bytes_per_token(d.layers, d.kv_heads, d.head_size)
+        bs, slots = g["block_size"], g["max_running"]
         budget = g["kv_cache_bytes"] or int(_memory_bytes() * g["kv_cache_fraction"])
-        blocks = budget // (per_token * bs)
-        if not g["kv_cache_bytes"]:   # the default never holds more than the running streams can use
-            blocks = min(blocks, -(-g["max_running"] * self.context // bs))
-        if blocks < 1:
-            raise pb_utils.TritonModelException(f"kv_cache_bytes {budget} holds no block of {bs} tokens "
-                                                f"({per_token * bs} bytes)")
-        self.pool = BlockPool(blocks, bs, self.decoder.layers, self.decoder.kv_heads, self.decoder.head_size)
+        tokens = slot_tokens(budget, slots, bs, per_token, self.context)
+        if tokens < bs:
+            raise pb_utils.TritonModelException(f"kv_cache_bytes {budget} holds no block of {bs} tokens for each of "
+                                                f"{slots} sequences ({per_token} bytes a token)")
+        self.pool = SlotPool(slots, tokens, bs, d.layers, d.kv_heads, d.head_size)
         eos = info.eos_ids if info is not None else []
         timeout = g["queue_timeout_ms"] / 1000 if g["queue_timeout_ms"] else None
-        self.engine = Engine(self.decoder, self.pool, context=self.context, eos_ids=eos, max_running=g["max_running"],
+        self.engine = Engine(self.model.session, self.pool, context=self.context, eos_ids=eos, vocab=d.vocab,
                              max_queue=g["max_queue"], prefill_chunk=g["prefill_chunk"], queue_timeout_s=timeout,
                              prefix_caching=g["prefix_caching"])
         name = args.get("model_name", cfg.get("name", "?"))
@@ -250,7 +249,7 @@ class _Metrics:
         except (AttributeError, pb_utils.TritonModelException):
             self.families = None
             return
-        self.total.set(engine.pool.num_blocks)
+        self.total.set(engine.pool.blocks_total)
         self._thread = threading.Thread(target=self._refresh_loop, daemon=True, name="mcp-llm-metrics")
         self._thread.start()
 
