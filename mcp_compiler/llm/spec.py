@@ -83,6 +83,15 @@ def find_llm(model, path: Path | None = None) -> LLMInfo | None:  # noqa: ANN001
     return info
 
 
+def recorded_layout(model) -> str | None:  # noqa: ANN001 - mcp_compiler.ir.Model
+    """The cache layout the model's `mcp.llm` record says (packed, padded), None when none."""
+    try:
+        rec = json.loads(model.metadata_props.get(LLM_KEY) or "null")
+    except ValueError:
+        return None
+    return rec.get("kv_layout") if isinstance(rec, dict) else None
+
+
 def mark_layout(model) -> None:  # noqa: ANN001 - mcp_compiler.ir.Model
     """An ONNX decoder whose attention is GroupQueryAttention (onnxruntime-genai's builder) keeps
     its cache packed: recorded for the runtime (mcp_runtime.decoder reads `kv_layout`)."""

@@ -245,9 +245,17 @@ def _generation_config(model: Model, name: str, backend: str, p: ServingParams, 
                        warnings: list[str]) -> mc.ModelConfig | None:
     """A decoder LLM's generation entry: a decoupled python model that streams a response a token
     (mcp_runtime.engine behind runtime/llm_model.py); None for any other model, or --no-generation."""
-    from mcp_compiler.llm.spec import find_llm
+    from mcp_compiler.llm.spec import find_llm, recorded_layout
 
     if p.generation is False or find_llm(model) is None:
+        return None
+    if recorded_layout(model) != "packed":   # Optimum's plain graphs: present = past + new, no cache to write in place
+        why = ("its attention is not GroupQueryAttention (the generation entry keeps the cache in place, as "
+               "GroupQueryAttention's shared buffer does; Optimum's plain export concatenates it)")
+        if p.generation:
+            raise UsageError(f"--generation: {why}; --no-generation serves its raw step, or convert the GGUF")
+        warnings.append(f"a decoder LLM served as its raw step (the KV cache in the request), not a streaming "
+                        f"generation entry: {why}")
         return None
     if backend != "python":
         if p.generation:

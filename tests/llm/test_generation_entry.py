@@ -92,3 +92,32 @@ def test_kserve_pod_memory_covers_weights_and_pool(tiny, tmp_path):
     text = "\n".join(p.read_text() for p in (tmp_path / "k2").rglob("*.yaml"))
     mem = [int(m) for m in __import__("re").findall(r"memory: '?(\d+)Mi", text)]
     assert mem and min(mem) >= 512
+
+
+def test_onnx_decoders_packed_become_generation_entries_plain_ones_their_raw_step(tiny, tmp_path):
+    import onnx
+
+    from mcp_compiler.frontend.gguf import gguf_decoder
+    from mcp_compiler.llm.verify import OrtRunner
+    from mcp_compiler.targets.triton.runtime.decoder import Decoder, greedy
+
+    # a packed ONNX decoder with every position's logits (as onnxruntime-genai's): served by the engine
+    assert _cli("convert", str(tiny), "-o", str(tmp_path / "packed.onnx")).returncode == 0
+    r = _cli("convert", str(tmp_path / "packed.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path), "--name", "p")
+    assert r.returncode == 0, r.stderr
+    assert "mcp_generation" in _config(tmp_path / "p").parameters
+    out = json.loads(_cli("generate", str(tmp_path / "p"), "hello", "--max-tokens", "5", "--ignore-eos",
+                          "--json").stdout)
+    proto = gguf_decoder(tiny, last_logits=True)
+    from mcp_compiler.targets.triton.runtime.text import ChatTokenizer, TokenizerInfo
+
+    tok = ChatTokenizer(TokenizerInfo.from_metadata({p.key: p.value for p in proto.metadata_props}))
+    assert out["token_ids"] == greedy(Decoder(OrtRunner(proto.SerializeToString())), tok.encode("hello"), 5)
+    # Optimum's plain export (present = past + new): its raw step, said so; --generation refused
+    plain = gguf_decoder(tiny, last_logits=False, fused=False)
+    onnx.save(plain, str(tmp_path / "plain.onnx"))
+    r = _cli("convert", str(tmp_path / "plain.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path), "--name", "o")
+    assert r.returncode == 0 and "raw step" in r.stderr, r.stderr
+    assert "mcp_generation" not in _config(tmp_path / "o").parameters
+    r = _cli("convert", str(tmp_path / "plain.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path / "x"), "--generation")
+    assert r.returncode == 2 and "GroupQueryAttention" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -258,10 +258,12 @@ class SlotRunner:
     def __init__(self, session, pool: SlotPool) -> None:  # noqa: ANN001 - onnxruntime.InferenceSession
         self.session, self.pool = session, pool
         names = {i.name for i in session.get_inputs()}
-        missing = {"input_ids", "attention_mask", "logits_index"} - names
-        if missing or "position_ids" in names:
-            raise ValueError("the engine runs mcp-cli's packed decoder graphs (GroupQueryAttention, logits_index); "
-                             f"this model {'lacks ' + ', '.join(sorted(missing)) if missing else 'takes position_ids'}")
+        missing = {"input_ids", "attention_mask"} - names
+        if missing:
+            raise ValueError(f"not a decoder the engine runs: no {', '.join(sorted(missing))} input")
+        # mcp-cli's graphs take logits_index (the LM head for one position a row); others give
+        # every position's logits; position_ids, where a graph takes them, count from the cache
+        self.has_index, self.has_positions = "logits_index" in names, "position_ids" in names
         self.layers = pool.layers
         self._io: dict[tuple[int, int], object] = {}
 
@@ -288,10 +290,14 @@ class SlotRunner:
         io = self._binding(start, stop)
         io.bind_cpu_input("input_ids", np.ascontiguousarray(ids, np.int64))
         io.bind_cpu_input("attention_mask", mask)
-        io.bind_cpu_input("logits_index", np.asarray(last, np.int64))
+        if self.has_index:
+            io.bind_cpu_input("logits_index", np.asarray(last, np.int64))
+        if self.has_positions:
+            io.bind_cpu_input("position_ids", np.asarray(lengths, np.int64)[:, None] + np.arange(n, dtype=np.int64))
         io.bind_output("logits")
         self.session.run_with_iobinding(io)
-        return io.get_outputs()[-1].numpy()[:, 0]
+        logits = io.get_outputs()[-1].numpy()
+        return logits[:, 0] if self.has_index else logits[np.arange(rows), np.asarray(last)]
 
 
 class Engine:
