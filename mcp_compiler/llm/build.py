@@ -157,16 +157,20 @@ class DecoderBuilder:
         return out[0], out[3]
 
     # -- the graph ----------------------------------------------------------------------------
-    def rope_cache(self) -> tuple[str, str]:
-        """cos and sin [context, head_size / 2], as transformers computes them: inv_freq in
-        float32, position * inv_freq in float32."""
-        s, g = self.spec, self.g
+    def rope_freqs(self) -> np.ndarray:
+        """position x inv_freq [context, head_size / 2], as transformers computes them: inv_freq
+        in float32, position * inv_freq in float32 (Llama-3's rope_freqs and linear scaling applied)."""
+        s = self.spec
         inv = (1.0 / (np.float32(s.rope_base) ** (np.arange(0, s.head_size, 2, dtype=np.int64).astype(np.float32)
                                                   / np.float32(s.head_size)))).astype(np.float32)
         if self.gm.rope_freqs is not None:
             inv = (inv / self.gm.rope_freqs).astype(np.float32)
         pos = (np.arange(s.context, dtype=np.float32) / np.float32(s.rope_scale)).astype(np.float32)
-        freqs = np.outer(pos, inv).astype(np.float32)
+        return np.outer(pos, inv).astype(np.float32)
+
+    def rope_cache(self) -> tuple[str, str]:
+        """cos and sin [context, head_size / 2] for GroupQueryAttention's rotary."""
+        freqs, g = self.rope_freqs(), self.g
         return g.const(np.cos(freqs).astype(np.float32), "rope_cos"), g.const(np.sin(freqs).astype(np.float32), "rope_sin")
 
     def cache_lengths(self, mask: str) -> tuple[str, str]:
@@ -204,13 +208,7 @@ class DecoderBuilder:
     def _rope_tables(self, positions: str) -> tuple[str, str]:
         s, g = self.spec, self.g
         half = s.head_size // 2
-        # as transformers computes them: inv_freq in float32, position * inv_freq in float32
-        inv = (1.0 / (np.float32(s.rope_base) ** (np.arange(0, s.head_size, 2, dtype=np.int64).astype(np.float32)
-                                                  / np.float32(s.head_size)))).astype(np.float32)
-        if self.gm.rope_freqs is not None:
-            inv = (inv / self.gm.rope_freqs).astype(np.float32)
-        pos = (np.arange(s.context, dtype=np.float32) / np.float32(s.rope_scale)).astype(np.float32)
-        freqs = np.outer(pos, inv).astype(np.float32)
+        freqs = self.rope_freqs()
         axis = [1, -1] if s.rope == "interleaved" else [1]
         out = []
         for table in (np.cos(freqs), np.sin(freqs)):
