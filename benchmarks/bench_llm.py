@@ -107,6 +107,29 @@ def tokens(decoder, prompts: list[list[int]], steps: int) -> list[list[int]]:
     return [greedy(decoder, ids, steps) for ids in prompts]
 
 
+def engine_speed(repo: Path, threads: int, prompt: list[int], n: int) -> tuple[float, float]:
+    """The entry's serving path in this process: its engine (one slot, the cache written in place
+    through GroupQueryAttention's shared buffer), greedy, n tokens after `prompt`."""
+    import threading
+
+    from mcp_compiler.targets.triton.verify import load_runtime
+
+    vdir = repo / "1"
+    rt = load_runtime(vdir)
+    eng_mod = __import__(f"{rt.__name__}.engine", fromlist=["x"])
+    model = rt.MCPIRModel(vdir / "model.mcpir", intra_op_threads=threads)
+    d = rt.Decoder(model)
+    pool = eng_mod.SlotPool(1, -(-(len(prompt) + n + 1) // 16) * 16, 16, d.layers, d.kv_heads, d.head_size)
+    eng = eng_mod.Engine(model.session, pool, context=1 << 20, eos_ids=[], vocab=d.vocab, prefix_caching=False)
+    times, done = [], threading.Event()
+    t0 = time.perf_counter()
+    eng.submit(eng_mod.Request(prompt, eng_mod.Sampling(max_tokens=n + 1, ignore_eos=True),
+                               lambda e: times.append(time.perf_counter()) if "token" in e else done.set()))
+    done.wait()
+    eng.close()
+    return len(prompt) / (times[0] - t0), n / (times[-1] - times[0])
+
+
 def speed(decoder, prompt: list[int], n: int) -> tuple[float, float]:
     seq = decoder.sequence(prompt)
     t0 = time.perf_counter()
@@ -166,20 +189,24 @@ def main() -> None:
         runs = []
         for _ in range(a.runs):   # paired, taking turns
             e_pre, e_dec = speed(dec, speed_prompt, a.decode)
+            s_pre, s_dec = engine_speed(repo, a.threads, speed_prompt, a.decode)
             i_pre, i_dec = speed(dec8, speed_prompt, a.decode)
             p = peer(a.peer_python, {"peer": "llamacpp", "gguf": str(gguf), "prompts": [], "steps": 0,
                                      "threads": a.threads, "speed": {"prompt": speed_prompt, "decode": a.decode}})
             g = peer(a.peer_python, {"peer": "genai", "folder": str(folder), "prompts": [], "steps": 0,
                                      "threads": a.threads, "speed": {"prompt": speed_prompt, "decode": a.decode}})
-            runs.append({"entry": (e_pre, e_dec), "int8": (i_pre, i_dec), "llamacpp": (p["prefill_tps"], p["decode_tps"]),
+            runs.append({"entry": (e_pre, e_dec), "engine": (s_pre, s_dec), "int8": (i_pre, i_dec), "llamacpp": (p["prefill_tps"], p["decode_tps"]),
                          "genai": (g["prefill_tps"], g["decode_tps"])})
     med = lambda key, i: statistics.median(r[key][i] for r in runs)  # noqa: E731
     ratio = [r["entry"][1] / r["llamacpp"][1] for r in runs]
     ratio8 = [r["int8"][1] / r["llamacpp"][1] for r in runs]
     ratio_g = [r["genai"][1] / r["llamacpp"][1] for r in runs]
+    ratio_s = [r["engine"][1] / r["llamacpp"][1] for r in runs]
     rows = [[k, f"{n} / {len(CHAT)}", ", ".join("-" if f is None else str(f) for f in firsts)]
             for k, (n, firsts) in agreement.items()]
-    srows = [["mcp-cli entry (default)", f"{med('entry', 1):.1f}", f"{med('entry', 0):.0f}",
+    srows = [["mcp-cli entry's engine (default; its serving path)", f"{med('engine', 1):.1f}", f"{med('engine', 0):.0f}",
+              f"{statistics.median(ratio_s):.2f} ({min(ratio_s):.2f}-{max(ratio_s):.2f})"],
+             ["mcp-cli entry, Decoder.step (default)", f"{med('entry', 1):.1f}", f"{med('entry', 0):.0f}",
               f"{statistics.median(ratio):.2f} ({min(ratio):.2f}-{max(ratio):.2f})"],
              ["mcp-cli int8-activation mode", f"{med('int8', 1):.1f}", f"{med('int8', 0):.0f}",
               f"{statistics.median(ratio8):.2f} ({min(ratio8):.2f}-{max(ratio8):.2f})"],

@@ -20,6 +20,7 @@ under Triton's own (mcp_runtime.telemetry).
 
 import json
 import os
+import queue
 import sys
 import threading
 
@@ -80,6 +81,10 @@ class TritonPythonModel:
         self.engine = Engine(self.model.session, self.pool, context=self.context, eos_ids=eos, vocab=d.vocab,
                              max_queue=g["max_queue"], prefill_chunk=g["prefill_chunk"], queue_timeout_s=timeout,
                              prefix_caching=g["prefix_caching"])
+        # the responses go out from a thread of their own, in order: the engine's next step
+        # runs while they are sent (onnxruntime lets go of the GIL)
+        self.outbox = queue.SimpleQueue()
+        threading.Thread(target=self._send_loop, name="mcp-llm-outbox", daemon=True).start()
         name = args.get("model_name", cfg.get("name", "?"))
         self.metrics = _Metrics(name, str(args.get("model_version", "?")), self.engine)
         # `mcp-cli serve --trace`: each request's queue, prefill and decode as spans under Triton's
@@ -189,9 +194,7 @@ class TritonPythonModel:
                 pb_utils.Tensor("finish_reason", np.array([finish.encode()], dtype=object)),
                 pb_utils.Tensor("usage", np.array([usage.encode()], dtype=object))]), flags=flags)
 
-        def emit(event):
-            if sender.is_cancelled():
-                raise ConnectionError("the client cancelled")   # the engine drops it: blocks freed at the next step
+        def handle(event):
             if "token" in event:
                 delta = ""
                 if text is not None:
@@ -211,11 +214,30 @@ class TritonPythonModel:
                 self.tel.request(traced, [("mcp.queue", arrived, admitted), ("mcp.prefill", admitted, first),
                                           ("mcp.decode", first, done)], 1)
 
+        def emit(event):   # in the engine's thread
+            if sender.is_cancelled():
+                raise ConnectionError("the client cancelled")   # the engine drops it: its slot freed at the next step
+            if stops:
+                handle(event)   # a stop string must be seen before the engine runs the next step
+            else:
+                self.outbox.put(lambda: handle(event))
+
         self.engine.submit(Request(prompt, sampling, emit, lambda token: state["stopped"], gone=sender.is_cancelled))
+
+    def _send_loop(self):
+        while True:
+            job = self.outbox.get()
+            if job is None:
+                return
+            try:
+                job()
+            except Exception:  # noqa: BLE001 - a client gone: the engine hears it from is_cancelled
+                pass
 
     def finalize(self):
         self.metrics.stop()
         self.engine.close()
+        self.outbox.put(None)
         if self.tel is not None:
             self.tel.shutdown()
 
