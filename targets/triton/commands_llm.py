@@ -64,6 +64,7 @@ def generate(
             rep.json(out)
         else:
             sys.stdout.write("\n")
+            sys.stdout.flush()   # the text's end before the status line on stderr
             u = out["usage"] or {}
             rep.err.print(f"[{out['finish_reason']}: {u.get('prompt_tokens', '?')} prompt tokens "
                           f"({u.get('cached_tokens', 0)} cached), {u.get('completion_tokens', '?')} generated]",
