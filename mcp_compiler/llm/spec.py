@@ -29,6 +29,7 @@ class LLMInfo:
     architecture: str | None = None
     source: dict | None = None
     last_logits: bool = False     # the graph takes logits_index: logits [batch, 1, vocab]
+    kv_layout: str | None = None  # what the model records: packed (GroupQueryAttention's), padded
 
     @property
     def cache_bytes_per_token(self) -> int | None:
@@ -70,7 +71,8 @@ def find_llm(model, path: Path | None = None) -> LLMInfo | None:  # noqa: ANN001
     kv_heads = _int(dims[1]) if len(dims) == 4 else None
     head_size = _int(dims[3]) if len(dims) == 4 else None
     recorded = json.loads(model.metadata_props.get(LLM_KEY) or "null")
-    info = LLMInfo(len(layers), kv_heads, head_size, last_logits="logits_index" in names)
+    info = LLMInfo(len(layers), kv_heads, head_size, last_logits="logits_index" in names,
+                   kv_layout=recorded.get("kv_layout") if isinstance(recorded, dict) else None)
     if isinstance(recorded, dict) and "layers" in recorded:   # mcp-cli's own record (GGUF)
         for k in ("context", "heads", "hidden", "vocab", "architecture", "source"):
             setattr(info, k, recorded.get(k))
@@ -81,15 +83,6 @@ def find_llm(model, path: Path | None = None) -> LLMInfo | None:  # noqa: ANN001
         info.vocab, info.architecture = cfg.get("vocab_size"), cfg.get("model_type")
         info.source = {"format": "onnx"}
     return info
-
-
-def recorded_layout(model) -> str | None:  # noqa: ANN001 - mcp_compiler.ir.Model
-    """The cache layout the model's `mcp.llm` record says (packed, padded), None when none."""
-    try:
-        rec = json.loads(model.metadata_props.get(LLM_KEY) or "null")
-    except ValueError:
-        return None
-    return rec.get("kv_layout") if isinstance(rec, dict) else None
 
 
 def mark_layout(model) -> None:  # noqa: ANN001 - mcp_compiler.ir.Model

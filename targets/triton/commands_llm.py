@@ -127,9 +127,7 @@ def _in_process(folder: Path, sampling: dict, kw: dict, show) -> dict:  # noqa: 
         raise UsageError("generating needs the `tokenizers` package (pip install 'mcp-cli[llm]')") from None
     except ValueError as e:
         raise UsageError(str(e)) from None
-    import json
-
-    context = int(json.loads(meta.get("mcp.llm", "{}") or "{}").get("context") or 2048)
+    context = dec.context or 2048
     stops = sampling.pop("stop", [])
     s = engine_mod.Sampling(max_tokens=sampling["max_tokens"], temperature=sampling["temperature"],
                             top_p=sampling["top_p"], top_k=sampling["top_k"], seed=sampling.get("seed"),
@@ -140,14 +138,13 @@ def _in_process(folder: Path, sampling: dict, kw: dict, show) -> dict:  # noqa: 
     eng = engine_mod.Engine(model.session, pool, context=context, eos_ids=info.eos_ids, vocab=dec.vocab, max_queue=1)
     stream = text_mod.StreamText(tok.decode, stops)
     out = {"text": "", "token_ids": [], "finish_reason": None, "usage": None}
-    done, state = threading.Event(), {"stopped": False}
+    done = threading.Event()
 
     def emit(event: dict) -> None:
+        delta = stream.take(event)
         if "token" in event:
-            delta, state["stopped"] = stream.push(event["token"])
             out["token_ids"].append(event["token"])
         else:
-            delta = stream.flush() if not state["stopped"] else ""
             out["finish_reason"], out["usage"] = event["finish"], event["usage"]
             if "error" in event:
                 out["error"] = event["error"]
@@ -157,7 +154,7 @@ def _in_process(folder: Path, sampling: dict, kw: dict, show) -> dict:  # noqa: 
             show(delta)
 
     try:
-        eng.submit(engine_mod.Request(prompt, s, emit, lambda t: state["stopped"]))
+        eng.submit(engine_mod.Request(prompt, s, emit, lambda t: stream.stopped))
     except engine_mod.RequestError as e:
         raise UsageError(str(e)) from None
     try:

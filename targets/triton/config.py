@@ -245,11 +245,12 @@ def _generation_config(model: Model, name: str, backend: str, p: ServingParams, 
                        warnings: list[str]) -> mc.ModelConfig | None:
     """A decoder LLM's generation entry: a decoupled python model that streams a response a token
     (mcp_runtime.engine behind runtime/llm_model.py); None for any other model, or --no-generation."""
-    from mcp_compiler.llm.spec import find_llm, recorded_layout
+    from mcp_compiler.llm.spec import find_llm
 
-    if p.generation is False or find_llm(model) is None:
+    llm = None if p.generation is False else find_llm(model)
+    if llm is None:
         return None
-    if recorded_layout(model) != "packed":   # Optimum's plain graphs: present = past + new, no cache to write in place
+    if llm.kv_layout != "packed":   # Optimum's plain graphs: present = past + new, no cache to write in place
         why = ("its attention is not GroupQueryAttention (the generation entry keeps the cache in place, as "
                "GroupQueryAttention's shared buffer does; Optimum's plain export concatenates it)")
         if p.generation:
@@ -287,7 +288,6 @@ def _generation_config(model: Model, name: str, backend: str, p: ServingParams, 
               P.GENERATION: json.dumps(gen, sort_keys=True)}
     for k, v in params.items():
         cfg.parameters[k].string_value = v
-    llm = find_llm(model)
     per_token = llm.cache_bytes_per_token
     if gen["kv_cache_bytes"] and per_token:
         from .runtime.engine import slot_tokens

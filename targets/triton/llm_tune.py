@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcp_compiler.errors import InvalidModelError
+
 from .runtime import params as P
 
 CANDIDATES = (1, 2, 4, 8, 16, 32)
@@ -97,11 +99,10 @@ def tune_llm(entry: str | os.PathLike, slo_tbt_p99_ms: float, *, clients: int = 
             return LLMTrial(max_running, pool, round(p.aggregate_tps, 2), round(p.tbt_p99_ms, 2),
                             round(p.ttft_p99_ms, 2), p.errors, p.errors == 0 and p.tbt_p99_ms <= slo_tbt_p99_ms)
 
-        # what one stream holds: its prompt and output tokens' blocks (measured on the first trial)
-        first = measure(1, budget)
-        report.trials.append(first)
+        report.trials.append(measure(1, budget))
+        # what one stream holds: its prompt's and output's blocks (a word is at most 4 tokens here: a bound)
         per_token = _bytes_per_token(Path(entry))
-        tokens = prompt_words * 4 + output_tokens      # an upper bound until measured
+        tokens = prompt_words * 4 + output_tokens
         need = lambda n: n * -(-tokens // gen["block_size"]) * gen["block_size"] * per_token  # noqa: E731
         for n in CANDIDATES[1:]:
             if time.monotonic() - t_start > budget_s * 0.6:
@@ -137,13 +138,17 @@ def tune_llm(entry: str | os.PathLike, slo_tbt_p99_ms: float, *, clients: int = 
 
 
 def _bytes_per_token(entry: Path) -> int:
-    """2 x layers x kv_heads x head_size x 4 bytes of the entry's decoder."""
-    from .verify import _latest_version, load_runtime
+    """The KV cache's bytes a token of the entry's decoder, from its MCP-IR's interface (no
+    onnxruntime session: the server already has one)."""
+    from mcp_compiler.llm.spec import find_llm
+    from mcp_compiler.mcpir.reader import read_mcpir
 
-    vdir = _latest_version(entry)
-    rt = load_runtime(vdir)
-    d = rt.Decoder(rt.MCPIRModel(vdir / "model.mcpir"))
-    return 2 * d.layers * d.kv_heads * d.head_size * 4
+    from .verify import _latest_version
+
+    info = find_llm(read_mcpir(_latest_version(entry) / "model.mcpir"))
+    if info is None or info.cache_bytes_per_token is None:
+        raise InvalidModelError(entry, "its model is not a decoder with a fixed KV-cache shape")
+    return info.cache_bytes_per_token
 
 
 def apply_llm(entry: str | os.PathLike, best: LLMTrial) -> Path:

@@ -14,7 +14,7 @@ import json
 import time
 import uuid
 
-from .llm_client import GenerationError, stream
+from .llm_client import GenerationError, complete, stream
 from .runtime import params as P
 
 # OpenAI's request fields this front takes; any other is refused by name (silently ignoring
@@ -198,16 +198,13 @@ def build_app(front: Front):  # noqa: ANN201 - a Starlette app
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         created = int(time.time())
         obj = "chat.completion" if chat else "text_completion"
-        gen = stream(front.client(), model, request_id=rid, **kw)
         if not body.get("stream"):
-            text, finish, usage = "", None, None
-            async for c in gen:
-                text += c.text
-                finish, usage = c.finish or finish, c.usage or usage
-            choice = {"index": 0, "finish_reason": finish, "logprobs": None}
-            choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
+            whole = await complete(front.client(), model, request_id=rid, **kw)
+            choice = {"index": 0, "finish_reason": whole.finish or None, "logprobs": None}
+            choice.update({"message": {"role": "assistant", "content": whole.text}} if chat else {"text": whole.text})
             return JSONResponse({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice],
-                                 "usage": _usage(usage)})
+                                 "usage": _usage(whole.usage)})
+        gen = stream(front.client(), model, request_id=rid, **kw)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         first = await _first(gen)   # an error before the first token is an HTTP error, not a broken stream
 

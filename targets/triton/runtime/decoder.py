@@ -8,7 +8,8 @@ or one token) and its own past: past caches are laid side by side, padded to the
 the padding masked out; new tokens are right-padded likewise. It returns each sequence's logits
 for its last new token, and hands each sequence the K/V of its new tokens to store (`Sequence`
 keeps one contiguous array per layer and K/V, and a batch of one keeps the step's present outputs
-as they are; a serving pool keeps them in its own blocks by overriding `past` and `store`). Standard library and numpy only: it ships in the entry.
+as they are). Verify and in-process greedy run it; the serving engine (engine.py) keeps the cache
+in its own slots instead. Standard library and numpy only: it ships in the entry.
 """
 
 from __future__ import annotations
@@ -50,15 +51,16 @@ class Sequence:
 PADDED, PACKED = "padded", "packed"
 
 
-def kv_layout(runner) -> str:  # noqa: ANN001
-    """The cache layout a model records (`mcp.llm`'s kv_layout in its metadata), else padded."""
+def llm_record(runner) -> dict:  # noqa: ANN001
+    """What the model records of itself as an LLM (`mcp.llm` in its metadata: kv_layout,
+    context, ...); {} when it records nothing readable."""
     session = getattr(runner, "session", None)
     try:
         meta = session.get_modelmeta().custom_metadata_map if session is not None else {}
-        layout = json.loads(meta.get("mcp.llm", "{}")).get("kv_layout", PADDED)
+        rec = json.loads(meta.get("mcp.llm") or "{}")
     except (AttributeError, ValueError):
-        return PADDED
-    return layout if layout in (PADDED, PACKED) else PADDED
+        return {}
+    return rec if isinstance(rec, dict) else {}
 
 
 class Decoder:
@@ -73,7 +75,10 @@ class Decoder:
 
     def __init__(self, runner, layout: str | None = None) -> None:  # noqa: ANN001
         self.runner = runner
-        self.layout = layout or kv_layout(runner)
+        record = llm_record(runner)
+        self.layout = layout or (record.get("kv_layout") if record.get("kv_layout") in (PADDED, PACKED) else PADDED)
+        context = record.get("context")
+        self.context = context if isinstance(context, int) and context > 0 else None   # recorded: GGUF's
         names = list(runner.input_names)
         self.layers = len([n for n in names if _PAST.match(n)])
         if self.layers == 0 or "input_ids" not in names:

@@ -136,9 +136,9 @@ class SlotPool:
                 for k in keys:
                     self.register(slot, k)
         del self.free[slot]
-        self.forget(slot, n if hit_slot is not None else 0)
+        self.forget(slot, n)                                    # (n is 0 without a hit)
         self.reserved[slot] = blocks
-        return slot, n * bs if hit_slot is not None else 0
+        return slot, n * bs
 
     def give_back(self, slot: int) -> None:
         self.reserved[slot] = 0

@@ -62,12 +62,10 @@ class TritonPythonModel:
         self.model = MCPIRModel(os.path.join(HERE, p.runtime), intra_op_threads=p.intra_op_threads or None,
                                 prepack=p.prepack)
         self.decoder = Decoder(self.model)
-        meta = self.model.session.get_modelmeta().custom_metadata_map
-        spec = json.loads(meta.get("mcp.llm", "{}") or "{}")
-        info = TokenizerInfo.from_metadata(meta)
+        info = TokenizerInfo.from_metadata(self.model.session.get_modelmeta().custom_metadata_map)
         self.tok = ChatTokenizer(info) if info is not None else None
-        self.context = int(spec.get("context") or 2048)
         d = self.decoder
+        self.context = d.context or 2048
         per_token = SlotPool.bytes_per_token(d.layers, d.kv_heads, d.head_size)
         bs, slots = g["block_size"], g["max_running"]
         budget = g["kv_cache_bytes"] or int(_memory_bytes() * g["kv_cache_fraction"])
@@ -183,7 +181,6 @@ class TritonPythonModel:
         prompt = self._prompt(request)
         sampling, stops = self._sampling(request)
         text = StreamText(self.tok.decode, stops) if self.tok is not None else None
-        state = {"stopped": False}
         traced = trace_context(request) if self.tel is not None else None
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -195,18 +192,15 @@ class TritonPythonModel:
                 pb_utils.Tensor("usage", np.array([usage.encode()], dtype=object))]), flags=flags)
 
         def handle(event):
-            if "token" in event:
-                delta = ""
-                if text is not None:
-                    delta, state["stopped"] = text.push(event["token"])
-                send(delta, [event["token"]])
-                return
             if "error" in event:
                 sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(event["error"])),
                             flags=final)
                 return
-            rest = text.flush() if text is not None and not state["stopped"] else ""
-            send(rest, [], event["finish"], json.dumps(event["usage"]), flags=final)
+            delta = text.take(event) if text is not None else ""
+            if "token" in event:
+                send(delta, [event["token"]])
+                return
+            send(delta, [], event["finish"], json.dumps(event["usage"]), flags=final)
             self.metrics.finished(event["usage"])
             if self.tel is not None:
                 arrived, admitted, first, done = event["times_ns"]
@@ -222,7 +216,8 @@ class TritonPythonModel:
             else:
                 self.outbox.put(lambda: handle(event))
 
-        self.engine.submit(Request(prompt, sampling, emit, lambda token: state["stopped"], gone=sender.is_cancelled))
+        stopped = (lambda token: text.stopped) if text is not None else None
+        self.engine.submit(Request(prompt, sampling, emit, stopped, gone=sender.is_cancelled))
 
     def _send_loop(self):
         while True:

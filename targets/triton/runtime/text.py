@@ -78,7 +78,9 @@ class ChatTokenizer:
 class StreamText:
     """The text of a generation's tokens, handed out as deltas. A delta never ends inside a UTF-8
     character (the decoder's replacement character is held back) nor inside a possible start of a
-    stop string; `push` returns (delta, stopped): on a stop string the text ends before it."""
+    stop string; `push` returns (delta, stopped): on a stop string the text ends before it.
+    `take(event)` is the same for the engine's events: a token's delta, and at the end what
+    was held back (nothing after a stop string); `stopped` says whether one came."""
 
     def __init__(self, decode, stops: list[str]) -> None:  # noqa: ANN001 - ids -> str
         self.decode, self.stops = decode, [s for s in stops if s]
@@ -86,6 +88,14 @@ class StreamText:
         self.ids: list[int] = []
         self.sent = 0          # characters of the text handed out
         self.text = ""
+        self.stopped = False
+
+    def take(self, event: dict) -> str:
+        """The text delta of an engine event ({"token": id}, or the final one)."""
+        if "token" in event:
+            delta, self.stopped = self.push(event["token"])
+            return delta
+        return "" if self.stopped else self.flush()
 
     def push(self, token: int) -> tuple[str, bool]:
         self.ids.append(token)
