@@ -325,7 +325,7 @@ def test_an_openvino_load_reads_the_model_an_earlier_load_saved(tmp_path):
     cache.mkdir()
     first = rt.MCPIRModel(vdir / "model.mcpir", engine="openvino", precision="f32", cache_dir=str(cache))
     saved = sorted(p.name for p in cache.glob("model-*"))
-    assert first.ov_rewrites is not None and [p.rsplit(".", 1)[1] for p in saved] == ["bin", "xml"]
+    assert first.ov_rewrites is not None and [p.rsplit(".", 1)[1] for p in saved] == ["bin", "sha256", "xml"]
     x = np.random.default_rng(0).normal(size=(2, 3, 32, 32)).astype(np.float32)
     name = first.input_names[0]
     again = rt.MCPIRModel(vdir / "model.mcpir", engine="openvino", precision="f32", cache_dir=str(cache))

@@ -142,6 +142,12 @@ def version_dirs(entry: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
+# Folders of a version folder that are this machine's, made where the entry ran: Python's
+# bytecode and OpenVINO's cache (the runtime's cache_dir_for). Never uploaded, never in the
+# content hash: a server makes its own (the runtime checks each file before use).
+MACHINE_LOCAL = frozenset({"__pycache__", "ov_cache"})
+
+
 def read_files(folder: Path, limit: int, *, version: int) -> dict[str, bytes]:
     """Every file of a version folder, keyed as Triton's load request wants them
     (`file:<version>/<path>`). Sizes come from stat first: a total over `limit` bytes is refused
@@ -149,8 +155,8 @@ def read_files(folder: Path, limit: int, *, version: int) -> dict[str, bytes]:
     files: list[tuple[str, Path]] = []
     total = 0
     for p in sorted(folder.rglob("*")):
-        if "__pycache__" in p.parts or "ov_cache" in p.relative_to(folder).parts:
-            continue   # (OpenVINO's compiled-model cache is this machine's, made when served here)
+        if MACHINE_LOCAL.intersection(p.relative_to(folder).parts):
+            continue
         st = p.lstat()
         if stat.S_ISDIR(st.st_mode):
             continue

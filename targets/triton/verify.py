@@ -315,6 +315,9 @@ def _emitted_runner(backend: str, vdir: Path, pin: bool = False,  # noqa: ANN202
             how = rt.execution(*execution)
         except rt.MCPIRError as e:
             raise InvalidModelError(vdir.parent / "config.pbtxt", str(e)) from None
+        if how.get("engine") == "openvino":
+            # what the server runs: the model and compiled blobs its cache holds (checked there)
+            how["cache_dir"] = rt.cache_dir_for(vdir / "model.mcpir")
         emitted = _runtime_model(rt, vdir, options=session_options(), prepack=False,
                                  dequantize_at_load=dequantize_at_load, **how)
         return emitted.run

@@ -43,10 +43,10 @@ class TritonPythonModel:
         # the execution the entry was built for (mcp-cli convert --runtime): onnxruntime fp32 by default
         how = execution(p.execution, p.precision)
         if how.get("engine") == "openvino":
-            from mcp_runtime.runtime import import_openvino_lean
+            from mcp_runtime.runtime import cache_dir_for, import_openvino_lean
 
             import_openvino_lean()   # its converter left out: 60 ms of a cold start
-            how["cache_dir"] = _cache_dir(path)
+            how["cache_dir"] = cache_dir_for(path)
         self.model = MCPIRModel(path, intra_op_threads=p.intra_op_threads or None, prepack=p.prepack,
                                 dequantize_at_load=p.dequantize_at_load, **how)
         self.model.serve()   # OpenVINO: shapes that come back get their own compile, in the background
@@ -190,22 +190,3 @@ def _response(names, arrays):
 
 def _error(e):
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(f"{type(e).__name__}: {e}"))
-
-
-def _cache_dir(path):
-    """Where OpenVINO keeps the compiled model (CACHE_DIR): beside the .mcpir when that folder is
-    writable, else a folder of the user's temp named by the file's identity. A later load of the
-    same model reads it instead of compiling again."""
-    here = os.path.join(os.path.dirname(path), "ov_cache")
-    try:
-        os.makedirs(here, exist_ok=True)
-        if os.access(here, os.W_OK):
-            return here
-    except OSError:
-        pass
-    import hashlib
-    import tempfile
-
-    st = os.stat(path)
-    key = hashlib.sha256(f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), f"mcp-ov-cache-{key}")

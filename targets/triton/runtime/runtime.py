@@ -10,8 +10,10 @@ session over a gigabyte of weights starts in milliseconds. The protobuf is encod
 With `engine="openvino"` the same lowered ONNX (weights embedded: OpenVINO reads it from memory,
 where external data has no folder) is compiled by OpenVINO's CPU plugin at `precision` f32 or
 bf16 (INFERENCE_PRECISION_HINT; bf16 runs on AMX / AVX512_BF16), latency hint, one stream,
-`intra_op_threads` threads; with `cache_dir`, the compiled model is kept there (CACHE_DIR) so a
-later load does not compile again.
+`intra_op_threads` threads; with `cache_dir` (cache_dir_for: the folder the server uses), the
+model as rewritten for OpenVINO and the compiled model are kept there (CACHE_DIR) so a later load
+does not lower or compile again; both are named by the .mcpir's content and checked against
+their digests before use.
 """
 
 from __future__ import annotations
@@ -133,8 +135,12 @@ class MCPIRModel:
             raise MCPIRError(f"{self.path}: corrupt MCP-IR: data section runs past the end (truncated?)")
         self._location = os.path.basename(self.path).encode("utf-8")
         self._embed = engine == "openvino"
-        saved = _ov_saved(cache_dir, self.path) if engine == "openvino" and cache_dir and not keep_proto else None
-        if saved is not None and os.path.isfile(saved):
+        saved = None
+        if engine == "openvino" and cache_dir and not keep_proto:
+            import hashlib
+
+            saved = _ov_saved(cache_dir, hashlib.sha256(mm).hexdigest())   # the file as it is now, read once
+        if saved is not None and _ov_saved_intact(saved):
             # this file lowered, read and rewritten for OpenVINO by an earlier load: read as it was
             # saved (a saved model that does not read is a cache miss: the file is lowered again)
             t_read = time.time_ns()
@@ -201,6 +207,7 @@ class MCPIRModel:
             # the bf16 request then crashes the process (a stub that loaded READY dies on its first
             # request; measured: tune reloading an f32 trial as bf16)
             config["CACHE_DIR"] = os.path.join(str(cache_dir), self.precision)
+        self._ov_blobs = _Blobs(config["CACHE_DIR"]) if cache_dir else None
         self._ov_config = config
         compiled = staged = None
         try:
@@ -214,12 +221,12 @@ class MCPIRModel:
                 if staged is not None:
                     # compiled from the model as saved: a later load, reading it, finds this compile in CACHE_DIR
                     model = core.read_model(staged)
-                compiled = core.compile_model(model, "CPU", config)   # any shape: the load's check
+                compiled = self._ov_compile(model)   # any shape: the load's check
                 if staged is not None:
                     _ov_publish(staged, save)
                 self._ov_model = model
             if compiled is None:   # the saved model: its compile comes from the cache
-                compiled = core.compile_model(self._ov_model, "CPU", config)
+                compiled = self._ov_compile(self._ov_model)
         except Exception as e:  # noqa: BLE001 - OpenVINO's conversion and compile errors
             if staged is not None and compiled is None:   # never published: nothing of it stays
                 _unlink(staged, staged[:-4] + ".bin")
@@ -234,6 +241,11 @@ class MCPIRModel:
         self._static: dict = {}
         self.input_names = [i.get_any_name() for i in self._ov_model.inputs]
         self.output_names = [o.get_any_name() for o in self._ov_model.outputs]
+
+    def _ov_compile(self, model):  # noqa: ANN001, ANN202 - an openvino.Model; its CompiledModel
+        if self._ov_blobs is None:
+            return self._ov_core.compile_model(model, "CPU", self._ov_config)
+        return self._ov_blobs.compile(self._ov_core, model, self._ov_config)
 
     _compiler: _Static | None = None
 
@@ -353,7 +365,7 @@ class _Static:
             try:
                 shaped = m._ov_model.clone()
                 shaped.reshape({n: list(shape) for n, shape in key})
-                req = m._ov_core.compile_model(shaped, "CPU", m._ov_config).create_infer_request()
+                req = m._ov_compile(shaped).create_infer_request()
                 ok = _agree(_outputs(req, req.infer(feeds), names), _outputs(reference, reference.infer(feeds), names),
                             m.precision)
             except Exception:  # noqa: BLE001 - a shape the model cannot be made static at: the any-shape one runs it
@@ -366,19 +378,146 @@ class _Static:
 
 # The form of a saved OpenVINO model (what _ov_jit_ops and the lowering make): a new one is not
 # read by a runtime that made another.
-OV_SAVED_FORM = 1
+OV_SAVED_FORM = 2
 
 
-def _ov_saved(cache_dir: str, path: Path) -> str:
-    """Where the OpenVINO model of the .mcpir at `path` is saved in `cache_dir` (OpenVINO IR,
-    xml + bin): named by the file's identity (real path, size, modification time) and the form.
+def cache_dir_for(path: str | os.PathLike) -> str | None:
+    """Where OpenVINO's work on the .mcpir at `path` is kept (the saved model, CACHE_DIR):
+    `ov_cache` beside it when that is a folder of ours we can write (not a link), else this
+    user's private folder in the system temp folder (made 0700; used only while it is a real
+    folder owned by us that nobody else can write); None, no cache, where neither is. What is
+    kept there is named by the content it was made from and checked before use (_ov_saved,
+    _Blobs), so whoever can write the folder can make a load slower, not change what it runs."""
+    import tempfile
+
+    here = os.path.join(os.path.dirname(os.path.abspath(path)), "ov_cache")
+    if _own_folder(here, private=False):
+        return here
+    mine = os.path.join(tempfile.gettempdir(), f"mcp-ov-cache-{os.getuid()}")
+    return mine if _own_folder(mine, private=True) else None
+
+
+def _own_folder(path: str, *, private: bool) -> bool:
+    """Whether `path` is (made if absent) a real folder owned by this user that we can write,
+    and, `private`, that no one else can read or write (mode 0700 at most)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or not os.access(path, os.W_OK):
+        return False
+    return not (private and st.st_mode & 0o077)
+
+
+def _file_sha256(path: str) -> str | None:
+    import hashlib
+
+    try:
+        with open(path, "rb", buffering=0) as f:
+            h = hashlib.sha256()
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+            return h.hexdigest()
+    except OSError:
+        return None
+
+
+def _ov_saved(cache_dir: str, content: str) -> str | None:
+    """Where the OpenVINO model of a .mcpir whose bytes hash to `content` is saved in
+    `cache_dir` (OpenVINO IR, xml + bin, and their digests in a .sha256 beside them): named by
+    that content, this runtime's form and OpenVINO's version, never by the file's path or date.
     Reading it took 0.03 s where lowering and reading the ONNX took 0.5 s (a 97 MB ViT); the
     compiled model itself is in CACHE_DIR, found by OpenVINO from the model read."""
     import hashlib
 
-    st = os.stat(path)
-    key = f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}:{OV_SAVED_FORM}"
-    return os.path.join(cache_dir, f"model-{hashlib.sha256(key.encode()).hexdigest()[:16]}.xml")
+    try:
+        import openvino as ov
+    except ImportError:   # the compile says so, with the remedy
+        return None
+    key = f"{content}:{OV_SAVED_FORM}:{ov.get_version()}"
+    return os.path.join(cache_dir, f"model-{hashlib.sha256(key.encode()).hexdigest()[:32]}.xml")
+
+
+def _ov_saved_intact(xml: str) -> bool:
+    """Whether the saved model `xml` (and its .bin) is byte for byte what this runtime saved:
+    the digests written with it when it was published. One that is not (changed, truncated,
+    planted without digests) is removed: a cache miss, lowered and saved again."""
+    if not os.path.isfile(xml):
+        return False
+    base = xml[:-4]
+    try:
+        with open(base + ".sha256", encoding="ascii") as f:
+            want = f.read(200).split()
+    except (OSError, UnicodeDecodeError):
+        want = []
+    if len(want) == 2 and [_file_sha256(xml), _file_sha256(base + ".bin")] == want:
+        return True
+    _unlink(xml, base + ".bin", base + ".sha256")
+    return False
+
+
+class _Blobs:
+    """OpenVINO's compiled models in a CACHE_DIR folder, each with the sha256 of its bytes in a
+    `.sha256` beside it, written by this runtime after the compile that made it. OpenVINO reads
+    a blob it finds without a check of its own; before each compile with the folder, a blob
+    whose digest is missing or differs is removed (OpenVINO compiles again and writes it anew)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def _names(self) -> set[str]:
+        try:
+            return {n for n in os.listdir(self.folder) if not n.endswith(".sha256")}
+        except OSError:
+            return set()
+
+    def check(self) -> set[str]:
+        """The folder's blobs as they are now, a changed or unsigned one removed first."""
+        kept = set()
+        for name in self._names():
+            path = os.path.join(self.folder, name)
+            try:
+                with open(path + ".sha256", encoding="ascii") as f:
+                    want = f.read(100).strip()
+            except (OSError, UnicodeDecodeError):
+                want = None
+            if want is not None and _file_sha256(path) == want:
+                kept.add(name)
+            else:
+                _unlink(path, path + ".sha256")
+        return kept
+
+    def sign(self, before: set[str]) -> None:
+        """The digests of the blobs written since `before` (the compile just made them)."""
+        for name in self._names() - before:
+            path = os.path.join(self.folder, name)
+            digest = _file_sha256(path)
+            if digest is not None:
+                _write_atomic(path + ".sha256", digest.encode())
+
+    def compile(self, core, model, config: dict):  # noqa: ANN001, ANN202 - openvino's Core, Model, CompiledModel
+        before = self.check()
+        compiled = core.compile_model(model, "CPU", config)
+        self.sign(before)
+        return compiled
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        _unlink(tmp)
 
 
 def _ov_stage(ov, model, xml: str) -> str | None:  # noqa: ANN001 - the openvino module, an openvino.Model
@@ -395,10 +534,12 @@ def _ov_stage(ov, model, xml: str) -> str | None:  # noqa: ANN001 - the openvino
 
 
 def _ov_publish(tmp: str, xml: str) -> None:
-    """The staged model as `xml`, whole or not at all: its .bin is in place before the .xml a
-    later load looks for."""
+    """The staged model as `xml`, whole or not at all: its .bin and digests are in place before
+    the .xml a later load looks for."""
+    digests = f"{_file_sha256(tmp)} {_file_sha256(tmp[:-4] + '.bin')}\n"
     try:
         os.replace(tmp[:-4] + ".bin", xml[:-4] + ".bin")
+        _write_atomic(xml[:-4] + ".sha256", digests.encode())
         os.replace(tmp, xml)
     except OSError:
         _unlink(tmp, tmp[:-4] + ".bin")
