@@ -253,3 +253,51 @@ def test_deploy_leaves_the_cache_out_of_the_upload_and_the_content_hash(entry):
     assert any((vdir / "ov_cache").rglob("*.blob"))
     after = read_files(vdir, 1 << 30, version=1)
     assert after == before and not any("ov_cache" in k for k in after)
+
+
+def test_no_openvino_telemetry_in_convert_verify_or_the_runtime(tmp_path):
+    """Importing all of openvino writes ~/intel/openvino_ga_cid and ~/intel/stats and forks a
+    child that looks up its analytics host; none of our processes may: with HOME in a temp
+    folder, convert, verify and a load leave it empty, and openvino_telemetry never loads."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("CI", None)   # (openvino_telemetry stays quiet in CI: the test must not depend on it)
+    r = _cli("convert", str(CONVNET), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--name", "m",
+             "--runtime", "openvino", env=env)
+    assert r.returncode == 0, r.stderr
+    r = _cli("verify", str(CONVNET), str(tmp_path / "repo" / "m"), env=env)
+    assert r.returncode == 0, r.stderr
+    code = ("import sys, numpy as np\n"
+            "from mcp_compiler.targets.triton.verify import load_runtime\n"
+            "from pathlib import Path\n"
+            "v = Path(sys.argv[1]); rt = load_runtime(v)\n"
+            "m = rt.MCPIRModel(v / 'model.mcpir', engine='openvino', precision='f32', cache_dir=rt.cache_dir_for(v / 'model.mcpir'))\n"
+            "import openvino.tools.ovc\n"   # even the converter, imported later, runs without it
+            "print(sys.modules.get('openvino_telemetry'))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "repo" / "m" / "1")], capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "None", r.stderr
+    # onnxruntime 1.32 writes its own settings there on import (docs/reliability.md), no socket
+    onnxruntime = home / ".cache" / "Microsoft" / "DeveloperTools" / ".onnxruntime"
+    assert [p for p in home.rglob("*") if p not in onnxruntime.parents and onnxruntime not in (p, *p.parents)] == []
+
+
+def test_convert_and_verify_of_an_openvino_entry_open_no_network_socket(tmp_path):
+    """The telemetry's child looked up its analytics host by DNS (a UDP socket to port 53):
+    convert and verify of an OpenVINO entry open no internet socket at all (strace)."""
+    import shutil as sh
+
+    if sh.which("strace") is None:
+        pytest.skip("strace is not installed (apt install strace)")
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("CI", None)
+    for i, args in enumerate([("convert", str(CONVNET), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
+                               "--name", "m", "--runtime", "openvino"),
+                              ("verify", str(CONVNET), str(tmp_path / "repo" / "m"))]):
+        trace = tmp_path / f"trace{i}"
+        r = subprocess.run(["strace", "-f", "-e", "trace=socket", "-o", str(trace), *CLI, *args],
+                           capture_output=True, text=True, timeout=600, env=env)
+        assert r.returncode == 0, r.stderr
+        inet = [line for line in trace.read_text().splitlines() if "AF_INET" in line]
+        assert inet == [], inet

@@ -75,13 +75,17 @@ def execution(runtime: str, precision: str) -> dict:
 
 
 def import_openvino_lean() -> None:
-    """Import OpenVINO's runtime without its model converter, once per process: openvino's
-    __init__ imports openvino.tools.ovc (and with it openvino_telemetry, urllib, email), 60 of
-    its 100 ms here, none of it used to read and compile a model. For the served stub, which
-    nothing else shares: a later `import openvino.tools.ovc` still works; only the
-    `openvino.convert_model` shortcut is absent."""
+    """Import OpenVINO's runtime without its model converter and without its telemetry, once per
+    process. openvino's __init__ imports openvino.tools.ovc (and with it openvino_telemetry,
+    urllib, email), 60 of its 100 ms here, none of it used to read and compile a model; and
+    openvino_telemetry, on import, writes an analytics client id and stats under ~/intel and forks
+    a child that resolves its analytics host. A compiler and a server must not phone out:
+    openvino_telemetry is made unimportable in this process for good (OpenVINO's own code falls
+    back to its telemetry stub then), and ovc left out of the import (a later
+    `import openvino.tools.ovc` still works; only the `openvino.convert_model` shortcut is absent)."""
     import sys
 
+    sys.modules.setdefault("openvino_telemetry", None)   # an ImportError: openvino uses its stub
     if "openvino" in sys.modules:
         return
     sys.modules["openvino.tools.ovc"] = None   # an ImportError, which openvino's __init__ catches
@@ -192,6 +196,7 @@ class MCPIRModel:
     def _compile_openvino(self, proto: bytes | None, threads: int | None, cache_dir: str | None,
                           saved: str | None = None, save: str | None = None) -> None:
         try:
+            import_openvino_lean()
             import openvino as ov
         except ImportError:
             raise MCPIRError(f"{self.path}: the entry runs on OpenVINO, which is not installed in this Python "
@@ -439,6 +444,7 @@ def _ov_saved(cache_dir: str, content: str) -> str | None:
     import hashlib
 
     try:
+        import_openvino_lean()
         import openvino as ov
     except ImportError:   # the compile says so, with the remedy
         return None
