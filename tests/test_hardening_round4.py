@@ -290,12 +290,11 @@ def test_ctrl_c_while_the_modules_load_is_one_line():
 
 
 def test_a_pem_of_another_kind_is_not_a_certificate(tmp_path):
-    key = tmp_path / "key.pem"
-    key.write_text("-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n")
+    from _tls import server_pair
+
+    cert, key = server_pair(tmp_path)
     r = _cli("status", "--url", f"grpcs://127.0.0.1:{closed_port()}", "--root-cert", str(key))
     _one_error(r, 2, "holds no CERTIFICATE block", "PRIVATE KEY")
-    cert = tmp_path / "cert.pem"
-    cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
     r = _cli("status", "--url", f"grpcs://127.0.0.1:{closed_port()}", "--root-cert", str(cert),
              "--client-cert", str(cert), "--client-key", str(cert))
     _one_error(r, 2, "key file", "holds no PRIVATE KEY block")
@@ -323,10 +322,9 @@ def test_bench_cold_to_an_unreachable_server_is_one_line(entry):
 
 
 def test_serve_tls_files_are_checked_before_the_server_starts(tmp_path):
-    cert = tmp_path / "cert.pem"
-    cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-    key = tmp_path / "key.pem"
-    key.write_text("-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n")
+    from _tls import server_pair
+
+    cert, key = server_pair(tmp_path)
     repo = tmp_path / "repo"
     repo.mkdir()
     for args, expect in (

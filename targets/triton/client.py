@@ -74,10 +74,9 @@ def client(conn: Connection):  # noqa: ANN201 - a tritonclient InferenceServerCl
         import tritonclient.grpc as tg
 
         args = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
-        return tg.InferenceServerClient(
-            conn.url, ssl=conn.ssl, root_certificates=pem_path(conn.root_cert),
-            private_key=pem_path(conn.client_key, "key"), certificate_chain=pem_path(conn.client_cert),
-            channel_args=args)
+        cert, key = client_pair(conn)
+        return tg.InferenceServerClient(conn.url, ssl=conn.ssl, root_certificates=pem_path(conn.root_cert),
+                                        private_key=key, certificate_chain=cert, channel_args=args)
     if conn.protocol == "http":
         import tritonclient.http as th
 
@@ -88,35 +87,36 @@ def client(conn: Connection):  # noqa: ANN201 - a tritonclient InferenceServerCl
             if conn.root_cert:
                 opts["ca_certs"] = pem_path(conn.root_cert)
             if conn.client_cert:
-                opts["certfile"], opts["keyfile"] = pem_path(conn.client_cert), pem_path(conn.client_key, "key")
+                opts["certfile"], opts["keyfile"] = client_pair(conn)
         return th.InferenceServerClient(conn.url, ssl=conn.ssl, ssl_options=opts or None,
                                         connection_timeout=conn.timeout, network_timeout=conn.timeout)
     raise UsageError(f"--protocol must be grpc or http, got {conn.protocol!r}")
 
 
 def pem_path(p: Path | None, kind: str = "certificate") -> str | None:
-    """A PEM file for TLS: a regular file of at most 1 MiB holding a `kind` block (`certificate`:
-    -----BEGIN CERTIFICATE-----; `key`: a PRIVATE KEY block). A folder, FIFO, device, empty or
-    garbage file, or a PEM of another kind (a key given as the certificate) is one line naming it,
+    """A PEM file for TLS, checked (pem.py): `certificate` (every certificate parses and is
+    within its dates) or `key` (a private key that parses, not encrypted). A folder, FIFO,
+    device, empty, garbage or truncated file, or a PEM of another kind is one line naming it,
     before any connection."""
+    from . import pem
+
     if p is None:
         return None
-    from mcp_compiler.files import read_regular
-
-    what = "certificate file" if kind == "certificate" else "key file"
-    if not Path(p).exists():
-        raise UsageError(f"{what} {p} does not exist")
-    data = read_regular(p, what, limit=1 << 20)
-    if b"-----BEGIN " not in data:
-        raise UsageError(f"{what} {p} is {'empty' if not data.strip() else 'not PEM'} "
-                         "(expected -----BEGIN ...----- blocks)")
-    want = re.compile(rb"-----BEGIN (?:TRUSTED )?CERTIFICATE-----" if kind == "certificate"
-                      else rb"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----")
-    if not want.search(data):
-        found = re.search(rb"-----BEGIN ([A-Z0-9 ]+)-----", data)
-        raise UsageError(f"{what} {p} holds no {'CERTIFICATE' if kind == 'certificate' else 'PRIVATE KEY'} block "
-                         f"(found {found.group(1).decode() if found else 'none'})")
+    if kind == "certificate":
+        pem.certificates(Path(p))
+    else:
+        pem.private_key(Path(p))
     return str(p)
+
+
+def client_pair(conn: Connection) -> tuple[str | None, str | None]:
+    """The client's certificate and key (mutual TLS), checked and checked to be one pair."""
+    from . import pem
+
+    if conn.client_cert is None or conn.client_key is None:
+        return pem_path(conn.client_cert), pem_path(conn.client_key, "key")
+    pem.pair(Path(conn.client_cert), Path(conn.client_key))
+    return str(conn.client_cert), str(conn.client_key)
 
 
 _AUTH = ("restricted", "expecting header", "unauthenticated", "permission denied")
@@ -214,6 +214,6 @@ def aio_client(conn: Connection):  # noqa: ANN201 - tritonclient.grpc.aio.Infere
 
     if conn.protocol != "grpc":
         raise UsageError("bench and tune measure over gRPC: give the server's gRPC port (--protocol grpc)")
+    cert, key = client_pair(conn)
     return aio.InferenceServerClient(conn.url, ssl=conn.ssl, root_certificates=pem_path(conn.root_cert),
-                                     private_key=pem_path(conn.client_key, "key"),
-                                     certificate_chain=pem_path(conn.client_cert))
+                                     private_key=key, certificate_chain=cert)

@@ -112,6 +112,7 @@ def serve(
         if openai_host != "127.0.0.1" and openai_port is None:
             raise UsageError("--openai-host goes with --openai-port")
         ports, notes = _ports(http_port, grpc_port, metrics_port)
+        notes += tls.notes
         # the server keeps running when a model fails to load: the failures are reported below
         server = TritonServer(repository, mode=mode, load_all=load_all, http_port=ports["http"],
                               grpc_port=ports["grpc"], metrics_port=ports["metrics"],
@@ -206,8 +207,10 @@ class _Tls:
     """serve's gRPC TLS: the server's certificate and key, and for mutual TLS the CA its clients'
     certificates must come from (Triton's --grpc-use-ssl[-mutual]); none: plaintext."""
 
-    def __init__(self, cert: Path | None = None, key: Path | None = None, client_ca: Path | None = None) -> None:
+    def __init__(self, cert: Path | None = None, key: Path | None = None, client_ca: Path | None = None,
+                 notes: list[str] | None = None) -> None:
         self.cert, self.key, self.client_ca = cert, key, client_ca
+        self.notes = notes or []   # certificates that expire soon
 
     def __bool__(self) -> bool:
         return self.cert is not None
@@ -229,9 +232,11 @@ class _Tls:
 
 
 def _tls(cert: Path | None, key: Path | None, client_ca: Path | None) -> _Tls:
-    """Checked before the server starts: both of --tls-cert and --tls-key or neither, each a PEM
-    of its kind (client.pem_path), --tls-client-ca only with them."""
-    from .client import pem_path
+    """Checked before the server starts (pem.py): both of --tls-cert and --tls-key or neither,
+    the certificate parsing and within its dates, the key parsing, not encrypted and the
+    certificate's own, --tls-client-ca (only with them) a CA that parses and is valid; a
+    certificate expiring within two weeks is a note."""
+    from . import pem
 
     if (cert is None) != (key is None):
         raise UsageError("--tls-cert and --tls-key go together (the server's certificate and its private key)")
@@ -239,8 +244,10 @@ def _tls(cert: Path | None, key: Path | None, client_ca: Path | None) -> _Tls:
         raise UsageError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS first)")
     if cert is None:
         return _Tls()
-    return _Tls(*(Path(pem_path(p, kind)).resolve() if p is not None else None
-                  for p, kind in ((cert, "certificate"), (key, "key"), (client_ca, "certificate"))))
+    notes = pem.expiring(pem.pair(cert, key), cert)
+    if client_ca is not None:
+        notes += pem.expiring(pem.certificates(client_ca), client_ca)
+    return _Tls(*(Path(p).resolve() if p is not None else None for p in (cert, key, client_ca)), notes=notes)
 
 
 def _serving(rep, server, repository: Path, notes: list[str], models: list[dict], mode: str,  # noqa: ANN001
