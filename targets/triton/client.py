@@ -66,7 +66,7 @@ class Connection:
 
     def describe(self) -> str:
         tls = " over TLS" + (" (mutual)" if self.client_cert else "") if self.ssl else ""
-        return f"{self.protocol}://{self.url}{tls}"
+        return f"{self.protocol}{'s' if self.ssl else ''}://{self.url}{tls}"
 
 
 def client(conn: Connection):  # noqa: ANN201 - a tritonclient InferenceServerClient
@@ -134,8 +134,18 @@ def server_error(conn: Connection, e: BaseException, doing: str) -> McpError:
     low = msg.lower()
     if any(s in low for s in _AUTH) or _AUTH_STATUS.search(low):
         return ServerAuthError(f"{conn.describe()} refused {doing} (token missing or wrong?): {msg}")
+    if "certificate_verify_failed" in low:
+        return ServerAuthError(f"TLS with {conn.describe()} failed while {doing}: the server's certificate does not "
+                               f"verify against {conn.root_cert or 'the system CAs'} (give --root-cert, the CA that "
+                               f"signed it): {msg}")
     if any(s in low for s in _TLS):
         return ServerAuthError(f"TLS with {conn.describe()} failed while {doing}: {msg}")
+    if conn.ssl and "socket closed" in low and _listening(conn):
+        # a TLS server that closes the handshake on its side: gRPC says only "Socket closed"
+        mine = (f"its certificate {conn.client_cert} was refused (not from the CA the server trusts?)"
+                if conn.client_cert else "it asks for a client certificate (mutual TLS): give --client-cert and "
+                                         "--client-key, from the CA the server trusts")
+        return ServerAuthError(f"{conn.describe()} refused the TLS handshake while {doing}: {mine}")
     if polling(low):
         return ServerError(f"{conn.describe()} refuses loads and unloads while {doing}: it polls its repository "
                            "folder (Triton's --model-control-mode=poll; `mcp-cli serve --poll`). Start it with "
@@ -146,6 +156,18 @@ def server_error(conn: Connection, e: BaseException, doing: str) -> McpError:
     if any(s in low for s in _UNREACHABLE):
         return ServerUnreachableError(f"cannot reach Triton at {conn.describe()} while {doing}: {msg}")
     return ServerError(f"{conn.describe()}: {doing} failed: {msg}")
+
+
+def _listening(conn: Connection) -> bool:
+    """Whether something accepts TCP connections at the connection's address."""
+    import socket
+
+    host, _, port = conn.url.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=min(conn.timeout, 3)):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def polling(low: str) -> bool:
