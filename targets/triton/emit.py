@@ -30,7 +30,8 @@ from .params import ServingParams
 from .runtime import params as P
 
 RUNTIME_PACKAGE = "mcp_runtime"
-_RUNTIME_FILES = ("__init__.py", "decoder.py", "engine.py", "params.py", "runtime.py", "sequences.py", "telemetry.py",
+_RUNTIME_FILES = ("__init__.py", "decoder.py", "engine.py", "lifetime.py", "params.py", "runtime.py", "sequences.py",
+                  "telemetry.py",
                   "text.py")
 
 

@@ -108,10 +108,36 @@ def remove_stale_regions() -> None:
                 region.unlink()
 
 
+def remove_stale_servers() -> list[int]:
+    """Kill the tritonservers and python stubs of mcp-cli processes that are gone (a tune, bench
+    or serve killed before it could stop its server, where _die_with_parent did not act: a
+    kernel without it, a server started from a thread that ended): each names its mcp-cli
+    process in its command line (the shm region prefix, `mcp-triton.<pid>.<random>.`). Only
+    this user's processes; the pids killed."""
+    import re
+
+    from mcp_compiler.files import pid_alive
+
+    mark = re.compile(rb"mcp-triton\.(\d+)\.[0-9a-f]{6}\.")
+    killed = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            found = mark.search((d / "cmdline").read_bytes())
+            if found is None or d.stat().st_uid != os.getuid() or pid_alive(int(found.group(1))):
+                continue
+            os.kill(int(d.name), signal.SIGKILL)
+            killed.append(int(d.name))
+        except (OSError, ValueError):
+            continue
+    return killed
+
+
 def _die_with_parent() -> None:
-    # PR_SET_PDEATHSIG: the server must not outlive a crashed test or CLI process.
+    # PR_SET_PDEATHSIG: the server must not outlive a crashed or killed test or CLI process.
+    # SIGKILL, not SIGTERM: there is no one left to serve, and tritonserver's graceful stop kept
+    # its ports and stubs for 5 s more after a killed tune (its stubs end within 0.5 s of it).
     with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
 TRACE_LEVELS = ("TIMESTAMPS", "TENSORS")
@@ -274,6 +300,7 @@ class TritonServer:
             raise
 
     def _start(self) -> TritonServer:
+        remove_stale_servers()   # (before their regions: a live stub keeps a region mapped)
         remove_stale_regions()
         inst = find_triton()
         backends = self._backend_dir(inst)

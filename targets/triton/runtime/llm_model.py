@@ -31,6 +31,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+from mcp_runtime.lifetime import exit_with_parent  # noqa: E402
+
+exit_with_parent()   # the stub ends with its tritonserver, however that ended
+
 from mcp_runtime import MCPIRModel  # noqa: E402
 from mcp_runtime.decoder import Decoder  # noqa: E402
 from mcp_runtime.engine import Busy, Engine, Request, RequestError, Sampling, SlotPool, slot_tokens  # noqa: E402

@@ -27,6 +27,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+from mcp_runtime.lifetime import exit_with_parent  # noqa: E402
+
+exit_with_parent()   # the stub ends with its tritonserver, however that ended
+
 from mcp_runtime import MCPIRModel, SequenceState, execution  # noqa: E402
 from mcp_runtime.params import read as read_params  # noqa: E402
 from mcp_runtime.telemetry import Telemetry, trace_context  # noqa: E402
