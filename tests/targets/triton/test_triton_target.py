@@ -47,7 +47,7 @@ def test_python_backend_repository(tmp_path):
     root = tmp_path / "repo" / "mlp"
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     assert files == ["1/mcp_runtime/__init__.py", "1/mcp_runtime/decoder.py", "1/mcp_runtime/engine.py",
-                     "1/mcp_runtime/mcp_ir.fbs", "1/mcp_runtime/mcp_ir_generated.py", "1/mcp_runtime/params.py",
+                     "1/mcp_runtime/lifetime.py", "1/mcp_runtime/mcp_ir.fbs", "1/mcp_runtime/mcp_ir_generated.py", "1/mcp_runtime/params.py",
                      "1/mcp_runtime/runtime.py", "1/mcp_runtime/sequences.py", "1/mcp_runtime/telemetry.py",
                      "1/mcp_runtime/text.py", "1/mcp_runtime/verify.py",
                      "1/model.mcpir", "1/model.py", "config.pbtxt"]
