@@ -157,6 +157,34 @@ def parse_yaml(text: str, label: str, *, compose: bool = False):  # noqa: ANN201
         raise UsageError(f"{label}: {str(e).split(';')[0]}") from None
 
 
+JSON_LIMIT = 64 << 20   # characters: a JSON the tool reads (reports, config parameters, its state) is not larger
+
+
+def parse_json(text: str | bytes, label: str, *, limit: int = JSON_LIMIT, kind: type | None = None):  # noqa: ANN201
+    """json.loads with every failure one UsageError line naming `label`: over `limit` characters,
+    not UTF-8, not JSON, NaN/Infinity (not JSON numbers), nesting too deep (a RecursionError),
+    an integer of more digits than Python converts; and, with `kind`, a value of another type."""
+    import json
+
+    if len(text) > limit:
+        raise UsageError(f"{label}: {len(text):,} characters, more than the {limit:,} a JSON here may be")
+
+    def no_constant(name: str) -> float:
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        got = json.loads(text, parse_constant=no_constant)
+    except UnicodeDecodeError:
+        raise UsageError(f"{label}: not UTF-8 text") from None
+    except RecursionError:
+        raise UsageError(f"{label}: nesting too deep") from None
+    except ValueError as e:   # JSONDecodeError, no_constant, the int-digits limit
+        raise UsageError(f"{label}: not JSON ({str(e).splitlines()[0][:120]})") from None
+    if kind is not None and not isinstance(got, kind):
+        raise UsageError(f"{label}: a JSON {type(got).__name__}, not {'an object' if kind is dict else 'a ' + kind.__name__}")
+    return got
+
+
 def temp_prefix(path: Path | str) -> str:
     """The prefix of the temp file or folder written beside `path` before it is renamed into
     place: `.NAME.PID.` — the pid tells a later write whether the writer is still alive.

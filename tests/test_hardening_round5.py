@@ -77,3 +77,25 @@ def test_a_looser_budget_given_on_the_command_line_is_the_users_choice(fp16_entr
     r = _cli("verify", str(MLP), str(entry), "--accuracy-budget", "cos=0.5", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["budget"] == {"cos": 0.5}
+
+
+@pytest.mark.parametrize("key, text, expect", [
+    ("mcp_layouts", "[" * 100_000 + "]" * 100_000, "nesting too deep"),
+    ("mcp_layouts", "[1, 2]", "not an object"),
+    ("mcp_state", "[" * 100_000 + "]" * 100_000, "nesting too deep"),
+    ("mcp_state", '[{"input": 3}]', "not a list of"),
+    ("mcp_state", "NaN", "not JSON"),
+])
+def test_a_bad_json_parameter_in_the_config_is_exit_2_naming_it(fp16_entry, tmp_path, key, text, expect):
+    """The config's other JSON parameters, parsed by the same bounded reader (files.parse_json):
+    100,000 nested brackets were internal errors (RecursionError), a wrong shape a KeyError."""
+    import shutil
+
+    copy = tmp_path / "m"
+    shutil.copytree(fp16_entry, copy)
+    cfg = copy / "config.pbtxt"
+    cfg.write_text(cfg.read_text() + f'parameters {{\n  key: "{key}"\n  value {{\n    string_value: {json.dumps(text)}\n  }}\n}}\n')
+    r = _cli("verify", str(MLP), str(copy))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "config.pbtxt" in lines[0] and key in lines[0], r.stderr
+    assert expect in lines[0] and "internal error" not in r.stderr

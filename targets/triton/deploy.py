@@ -186,8 +186,15 @@ def _recorded(conn: Connection, name: str) -> tuple[str, dict[str, bytes]] | Non
     d = _state_path(conn, name)
     if not (d / "index.json").exists():
         return None
-    index = json.loads((d / "index.json").read_text())
-    return (d / "config.json").read_text(), {k: (d / "files" / v).read_bytes() for k, v in index.items()}
+    from mcp_compiler.files import parse_json, read_regular
+
+    index = parse_json(read_regular(d / "index.json", "deploy's kept copy", limit=1 << 20), f"{d / 'index.json'}",
+                       kind=dict)
+    if not all(isinstance(v, str) and v.isascii() and v.isalnum() for v in index.values()):
+        raise UsageError(f"{d / 'index.json'}: not deploy's index of kept files (remove {d} and deploy again)")
+    config = read_regular(d / "config.json", "deploy's kept copy", limit=64 << 20).decode("utf-8", "replace")
+    parse_json(config, f"{d / 'config.json'}", kind=dict)
+    return config, {k: (d / "files" / v).read_bytes() for k, v in index.items()}
 
 
 def reload_source(conn: Connection, name: str) -> tuple[str, dict[str, bytes]] | None:

@@ -200,22 +200,18 @@ def scaling_from_tune(path: Path | None, model: str, cfg: Any) -> dict[str, Any]
     within the SLO per server; without a report, CPU utilization."""
     if path is None:
         return {"metric": "cpu", "target": DEFAULT_CPU_TARGET, "source": "no --from-tune report"}
-    from mcp_compiler.files import read_regular
+    from mcp_compiler.files import JSON_LIMIT, parse_json, read_regular
 
     from .tune import Setting
 
     def bad(why: str) -> UsageError:
         return UsageError(f"--from-tune {path}: not a `mcp-cli tune --json` report ({why})")
 
+    rep = parse_json(read_regular(path, "--from-tune", limit=JSON_LIMIT), f"--from-tune {path}", kind=dict)
     try:
-        rep = json.loads(read_regular(path, "--from-tune", limit=64 << 20))
-        if not isinstance(rep, dict):
-            raise bad("not a JSON object")
         load, slo = str(rep["load"]), float(rep["slo_p99_ms"])
         trials = {"best": rep.get("best"), "baseline": rep["baseline"]}
-    except UnicodeDecodeError:
-        raise bad("not UTF-8 text") from None
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
         raise bad(f"{type(e).__name__}: {str(e)[:120]}") from None
     if not math.isfinite(slo) or slo <= 0:
         raise bad(f"slo_p99_ms {slo!r} is not a positive number")
@@ -232,10 +228,13 @@ def scaling_from_tune(path: Path | None, model: str, cfg: Any) -> dict[str, Any]
     held = trials[which]
     try:
         rps, p50 = float(held.get("throughput") or 0), float(held.get("p50_ms") or 0)
-    except (TypeError, ValueError):
-        raise bad(f"its {which}'s throughput or p50_ms is not a number") from None
-    if not (math.isfinite(rps) and math.isfinite(p50)) or rps < 0 or p50 < 0:
-        raise bad(f"its {which}'s throughput or p50_ms is not a finite number >= 0")
+        p99 = float(held.get("p99_ms") or 0)
+    except (TypeError, ValueError, OverflowError):
+        raise bad(f"its {which}'s throughput, p50_ms or p99_ms is not a number") from None
+    # bounds no measurement here reaches: a million requests a second, an hour a request
+    if not (0 <= rps <= 1e6 and 0 <= p50 <= 3.6e6 and 0 <= p99 <= 3.6e6):
+        raise bad(f"its {which}'s throughput {rps:g} req/s, p50 {p50:g} ms or p99 {p99:g} ms is outside "
+                  "what a measurement gives (0-1e6 req/s, 0-3.6e6 ms)")
     if not held.get("meets_slo"):
         raise UsageError(f"--from-tune {path}: the entry's configuration (the report's {which}) did not meet "
                          f"the p99 SLO of {slo:g} ms at {load}: tune at a lower load, or `tune --apply` a better one")
@@ -247,7 +246,7 @@ def scaling_from_tune(path: Path | None, model: str, cfg: Any) -> dict[str, Any]
     else:   # an open-loop rate: Little's law, requests in flight = throughput x latency
         target = min(INT32_MAX, max(1, math.floor(rps * p50 / 1000)))
     source = (f"{path.name}: the entry's configuration (the report's {which}) held {load} within p99 {slo:g} ms "
-              f"({held['throughput']:.0f} req/s, p99 {held['p99_ms']} ms)")
+              f"({rps:.0f} req/s, p99 {p99:g} ms)")
     out = {"metric": "concurrency", "target": target, "source": source}
     best = trials["best"]
     if which == "baseline" and rep.get("confirmed") and best and best.get("config") != served:

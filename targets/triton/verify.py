@@ -86,7 +86,7 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
     report.budget = dict(judged)
     report.atol_equal = budget is None and level == "none" and execution != ("onnxruntime", "f32")
     # the interface's layout contract: NHWC values are the NCHW original's, transposed
-    report.layouts = json.loads(cfg.parameters[P.LAYOUTS].string_value) if P.LAYOUTS in cfg.parameters else {}
+    report.layouts = _param_json(cfg, P.LAYOUTS, model_dir, dict) if P.LAYOUTS in cfg.parameters else {}
     dequantize = (P.DEQUANTIZE_AT_LOAD in cfg.parameters
                   and cfg.parameters[P.DEQUANTIZE_AT_LOAD].string_value.lower() == "true")
     report.execution = "/".join(execution)
@@ -127,7 +127,7 @@ def _verify_sequence(original: Path, vdir: Path, cfg, report: VerifyReport) -> N
     from mcp_compiler.frontend import load_onnx
     from mcp_compiler.reference import OutputCheck, compare, open_original, sample_inputs
 
-    pairs = json.loads(cfg.parameters[P.STATE].string_value)
+    pairs = state_pairs(cfg, vdir.parent)
     states = {p["input"] for p in pairs}
     sess = open_original(original)[0]
     names = [o.name for o in sess.get_outputs()]
@@ -188,7 +188,7 @@ def _check_same_interface(original: Path, cfg, entry: Path) -> list[str]:  # noq
     outs = [o.name for o in g.output]
     have, served = [i.name for i in cfg.input], [o.name for o in cfg.output]
     if P.STATE in cfg.parameters:   # a stateful entry keeps its state inputs and outputs on the server
-        pairs = json.loads(cfg.parameters[P.STATE].string_value)
+        pairs = state_pairs(cfg, entry)
         have += [p["input"] for p in pairs]
         served += [p["output"] for p in pairs]
     problems = []
@@ -259,6 +259,26 @@ def _recorded_budget(params: dict[str, str], entry: Path, given: bool = False) -
         raise bad(f"is looser than the default for {level if level != 'none' else precision} ({'; '.join(looser)}): "
                   f"verify judges by a looser budget only when told so: --accuracy-budget {flags}")
     return out
+
+
+def _param_json(cfg, key: str, model_dir: Path, kind: type):  # noqa: ANN001, ANN202 - a ModelConfig; the value
+    """A JSON parameter of the entry's config, parsed bounded: a bad one is exit 2 naming the file."""
+    from mcp_compiler.files import parse_json
+
+    try:
+        return parse_json(cfg.parameters[key].string_value, f"parameter {key}", kind=kind)
+    except UsageError as e:
+        raise InvalidModelError(Path(model_dir) / "config.pbtxt", str(e)) from None
+
+
+def state_pairs(cfg, model_dir: Path) -> list[dict]:  # noqa: ANN001 - a ModelConfig
+    """The entry's state pairs (mcp_state: [{"input": IN, "output": OUT}, ...]), checked."""
+    pairs = _param_json(cfg, P.STATE, model_dir, list)
+    if not all(isinstance(p, dict) and isinstance(p.get("input"), str) and isinstance(p.get("output"), str)
+               for p in pairs):
+        raise InvalidModelError(Path(model_dir) / "config.pbtxt",
+                                'parameter mcp_state: not a list of {"input": NAME, "output": NAME}')
+    return pairs
 
 
 def execution_loader(vdir: Path):  # noqa: ANN201 - profile.Loader

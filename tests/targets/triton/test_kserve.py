@@ -491,3 +491,25 @@ def test_the_argo_check_holds_the_fields_its_documentation_requires(monkeypatch)
     rollout["spec"]["strategy"]["canary"]["steps"] = [{"setWeight": 101}]
     with pytest.raises(ks.ManifestError, match="setWeight"):
         kv_.validate_argo(rollout, "x", kv)
+
+
+@pytest.mark.parametrize("case", ["deep", "throughput 1e308", "p50 1e308", "p99 nan", "NaN constant", "huge int"])
+def test_a_hostile_tune_report_is_one_clean_error(entries, tmp_path, case):
+    """Issue 62 round 5: 100,000 nested levels and a throughput of 1e308 (x p50 overflows the
+    in-flight target) were internal errors; NaN/Infinity constants and 5,000-digit integers too."""
+    e = entries / "repo" / "mlp"
+    p = _tune_report(tmp_path / "t.json", e, load="rate 900/s")
+    rep = json.loads(p.read_text())
+    if case == "deep":
+        p.write_text("[" * 100_000 + "]" * 100_000)
+    elif case in ("throughput 1e308", "p50 1e308", "p99 nan"):
+        key, value = case.split()
+        rep["baseline"][{"throughput": "throughput", "p50": "p50_ms", "p99": "p99_ms"}[key]] = float(value)
+        p.write_text(json.dumps(rep))   # (json writes nan as NaN)
+    elif case == "NaN constant":
+        p.write_text(json.dumps(rep).replace('"slo_p99_ms": 20.0', '"slo_p99_ms": NaN'))
+    else:
+        p.write_text(json.dumps(rep).replace('"slo_p99_ms": 20.0', '"slo_p99_ms": ' + "9" * 5000))
+    r, out = _kserve(e, tmp_path / "m", "--from-tune", str(p))
+    assert r.exit_code == 2 and "--from-tune" in out["error"]["message"], r.output
+    assert "internal error" not in r.output and not (tmp_path / "m").exists()
