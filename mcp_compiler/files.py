@@ -3,6 +3,7 @@ files of bounded size, and written files whose mode follows the umask."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -155,6 +156,29 @@ def parse_yaml(text: str, label: str, *, compose: bool = False):  # noqa: ANN201
         raise UsageError(f"{label}: nesting too deep") from None
     except ValueError as e:   # an integer of more digits than Python converts (4,300)
         raise UsageError(f"{label}: {str(e).split(';')[0]}") from None
+
+
+_HARD_EXIT_UNDOS: dict[int, object] = {}
+
+
+@contextlib.contextmanager
+def undone_on_hard_exit(undo):  # noqa: ANN001, ANN201 - a callable; a context manager
+    """While inside, `undo` (what removes a half-written output) runs if the process is ended by
+    a watchdog (os._exit skips every finally: convert --timeout left its staging folder)."""
+    key = id(undo)
+    _HARD_EXIT_UNDOS[key] = undo
+    try:
+        yield
+    finally:
+        _HARD_EXIT_UNDOS.pop(key, None)
+
+
+def undo_before_hard_exit() -> None:
+    """Run the registered undos, newest first, each once; a failing one does not stop the rest."""
+    for key in reversed(list(_HARD_EXIT_UNDOS)):
+        undo = _HARD_EXIT_UNDOS.pop(key, None)
+        with contextlib.suppress(Exception):
+            undo()
 
 
 JSON_LIMIT = 64 << 20   # characters: a JSON the tool reads (reports, config parameters, its state) is not larger

@@ -99,3 +99,42 @@ def test_a_bad_json_parameter_in_the_config_is_exit_2_naming_it(fp16_entry, tmp_
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "config.pbtxt" in lines[0] and key in lines[0], r.stderr
     assert expect in lines[0] and "internal error" not in r.stderr
+
+
+def _forever(tmp_path):
+    from onnx import TensorProto, helper, save
+
+    F = TensorProto.FLOAT
+    x = helper.make_tensor_value_info("x", F, [4])
+    y = helper.make_tensor_value_info("y", F, [4])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Neg", ["v_in"], ["v_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), helper.make_tensor_value_info("v_in", F, [4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", F, [4])])
+    nodes = [helper.make_node("Constant", [], ["M"], value=helper.make_tensor("m", TensorProto.INT64, [], [2**62])),
+             helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.BOOL, [], [True])),
+             helper.make_node("Loop", ["M", "c", "x"], ["y"], body=body)]
+    model = tmp_path / "forever.onnx"
+    save(helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)]), model)
+    return model
+
+
+@pytest.mark.parametrize("extra", [["--runtime", "auto"], ["--verify"]])
+def test_a_timed_out_convert_leaves_no_staging_folder(tmp_path, extra):
+    """convert --timeout ended the process with os._exit, past every cleanup: the staging folder
+    (.OUT.mcp-staging) was left behind. The watchdog now removes what was being written first."""
+    model = _forever(tmp_path)
+    r = subprocess.run([*CLI, "convert", str(model), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--name", "f",
+                        *extra, "--timeout", "5"], capture_output=True, text=True, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and "convert took longer than 5 s (--timeout)" in lines[0], r.stderr
+    assert not (tmp_path / "repo" / "f").exists()
+    assert [p.name for p in tmp_path.iterdir() if "staging" in p.name] == []
+    assert not (tmp_path / "repo").exists() or list((tmp_path / "repo").iterdir()) == []
+
+
+def test_convert_is_bounded_by_default():
+    from mcp_compiler.cli.compile import CONVERT_TIMEOUT_S, TimeoutOpt
+
+    assert TimeoutOpt.default == CONVERT_TIMEOUT_S and 0 < CONVERT_TIMEOUT_S < float("inf")

@@ -80,6 +80,9 @@ def watchdog(rep, seconds: float, what: str):  # noqa: ANN001, ANN201 - report.R
     import threading
 
     def fire() -> None:
+        from mcp_compiler.files import undo_before_hard_exit
+
+        undo_before_hard_exit()   # what was being written (a convert's staging folder) goes first
         rep.fail("TimeoutExceededError", f"{what} took longer than {seconds:g} s (--timeout)", 1)
         sys.stdout.flush()
         sys.stderr.flush()

@@ -103,9 +103,10 @@ ConfigOpt = _opt(None, "--config", panel=TGT, help="YAML build file with the tar
 LoadCheckOpt = _opt(True, "--load-check/--no-load-check", panel=TGT,
                     help="Load the emitted model in its serving runtime before the entry is moved into place.")
 
-TimeoutOpt = _opt(None, "--timeout", panel=CHECK, min=1.0, metavar="SECONDS",
-                  help="Give up after this many seconds, exit 1 (a --verify of a model whose Loop runs for ever); "
-                       "the next conversion to the same place removes what it was writing.")
+CONVERT_TIMEOUT_S = 3600.0   # a whole conversion (the profile, --verify): a Loop that runs for ever ends
+TimeoutOpt = _opt(CONVERT_TIMEOUT_S, "--timeout", panel=CHECK, min=0.0, metavar="SECONDS",
+                  help="Give up after this many seconds, exit 1, with nothing of the output left (a --verify or "
+                       "--runtime auto profile of a model whose Loop runs for ever); 0: no limit.")
 VerifyOpt = _opt(False, "--verify", panel=CHECK, help="Compare the result with onnxruntime on the original "
                  "(exit 1 if it differs).")
 DimsOpt = _opt(None, "--dims", panel=CHECK, metavar="NAME=SIZE[,...]",

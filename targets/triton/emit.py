@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from mcp_compiler.errors import OutputError, OutputExistsError, UsageError
-from mcp_compiler.files import follow_umask, pid_alive, write_error
+from mcp_compiler.files import follow_umask, pid_alive, undone_on_hard_exit, write_error
 from mcp_compiler.ir import Model
 from mcp_compiler.lower import write_onnx
 from mcp_compiler.mcpir import write_mcpir
@@ -101,43 +101,50 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     staging = tmp = None
     session_check = None
     profile = None
+
+    def abandon() -> None:   # (a watchdog's hard exit: the except below never runs)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _tidy(staging, made, out_dir)
+
     try:
-        staging, tmp, warn = _stage(out_dir, name)
-        warnings += warn
-        vdir = tmp / str(version)
-        vdir.mkdir()
-        if backend == "python":
-            if options.load_check:   # onnxruntime builds the session while Python writes the file
-                session_check = _Background(session_check_maker(model))
-            write_mcpir(model, vdir / "model.mcpir")
-            served = "llm_model.py" if P.GENERATION in cfg.parameters else "model.py"
-            model_py = resources.files("mcp_compiler.targets.triton").joinpath("runtime", served)
-            (vdir / "model.py").write_bytes(model_py.read_bytes())
-            write_runtime(vdir)
-        else:
-            write_onnx(model, vdir / "model.onnx")
-        (tmp / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")
-        for rel, data in cfg_files.items():
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / rel).write_bytes(data)
-        if session_check is not None:
-            _check_header(vdir / "model.mcpir")
-            _check_ir(model)
-            session_check.result()
-        elif options.load_check:
-            load_check_onnx(vdir)
-        if backend == "python" and params.runtime != "onnxruntime":
-            # measured after the load check (nothing else runs beside the timing), before the
-            # check: verify then runs the entry with the execution chosen
-            profile = _choose_execution(model, vdir, cfg, params, warnings)
+        with undone_on_hard_exit(abandon):
+            staging, tmp, warn = _stage(out_dir, name)
+            warnings += warn
+            vdir = tmp / str(version)
+            vdir.mkdir()
+            if backend == "python":
+                if options.load_check:   # onnxruntime builds the session while Python writes the file
+                    session_check = _Background(session_check_maker(model))
+                write_mcpir(model, vdir / "model.mcpir")
+                served = "llm_model.py" if P.GENERATION in cfg.parameters else "model.py"
+                model_py = resources.files("mcp_compiler.targets.triton").joinpath("runtime", served)
+                (vdir / "model.py").write_bytes(model_py.read_bytes())
+                write_runtime(vdir)
+            else:
+                write_onnx(model, vdir / "model.onnx")
             (tmp / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")
-        if options.check is not None:
-            options.check(tmp)
-        files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-        with _locked(out_dir):
-            if final.exists() and not options.force:  # another convert got there first
-                raise OutputExistsError(f"{final} exists; pass --force to replace it")
-            _swap_in(tmp, final)
+            for rel, data in cfg_files.items():
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / rel).write_bytes(data)
+            if session_check is not None:
+                _check_header(vdir / "model.mcpir")
+                _check_ir(model)
+                session_check.result()
+            elif options.load_check:
+                load_check_onnx(vdir)
+            if backend == "python" and params.runtime != "onnxruntime":
+                # measured after the load check (nothing else runs beside the timing), before the
+                # check: verify then runs the entry with the execution chosen
+                profile = _choose_execution(model, vdir, cfg, params, warnings)
+                (tmp / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")
+            if options.check is not None:
+                options.check(tmp)
+            files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            with _locked(out_dir):
+                if final.exists() and not options.force:  # another convert got there first
+                    raise OutputExistsError(f"{final} exists; pass --force to replace it")
+                _swap_in(tmp, final)
     except BaseException as e:
         if session_check is not None and not isinstance(e, KeyboardInterrupt):
             session_check.wait()   # it reads the model: done before the caller goes on
