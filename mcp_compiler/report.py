@@ -60,6 +60,14 @@ def _terminal_wanted(stream) -> bool:  # noqa: ANN001 - a text stream
         return False
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)} | {10: "\\n", 13: "\\r", 9: "\\t"}
+
+
+def one_line(message: str) -> str:
+    """A message as one line: control characters (a newline in a value the user gave) escaped."""
+    return message.translate(_CONTROL)
+
+
 class Reporter:
     """The one place the CLI writes to the user: results to stdout, errors to stderr."""
 
@@ -90,12 +98,13 @@ class Reporter:
 
     def fail(self, kind: str, message: str, exit_code: int) -> None:
         """One error line on stderr; with --json the error envelope (and what was known) on stdout."""
+        message = one_line(message)
         self.err.print(f"error: {message}", markup=False)
         self._emit({"ok": False, "error": {"type": kind, "message": message, "exit_code": exit_code},
                     **{k: v for k, v in self.payload.items() if k != "ok"}})
 
     def warning(self, message: str) -> None:
-        self.err.print(f"warning: {message}", markup=False)
+        self.err.print(f"warning: {one_line(message)}", markup=False)
 
     def status(self, message: str):  # noqa: ANN201 - a context manager
         """A spinner on a terminal; nothing otherwise (CI logs stay clean)."""

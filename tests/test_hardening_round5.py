@@ -138,3 +138,18 @@ def test_convert_is_bounded_by_default():
     from mcp_compiler.cli.compile import CONVERT_TIMEOUT_S, TimeoutOpt
 
     assert TimeoutOpt.default == CONVERT_TIMEOUT_S and 0 < CONVERT_TIMEOUT_S < float("inf")
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["serve", "REPO", "--trace", "file=t.json", "--trace-rate", "100000000000000000000"], "--trace-rate"),
+    (["serve", "REPO", "--trace", "otlp=http://" + "h" * 100_000 + ":4318"], "more than a URL here may be"),
+    (["bench", "REPO/m", "--max-windows", "100000000000000000000"], "--max-windows"),
+    (["deploy", "REPO/m", "--url", "grpc://127.0.0.1:1", "--model-version", "100000000000000000000"], "--model-version"),
+])
+def test_round5_huge_values_are_refused_before_anything_starts(fp16_entry, tmp_path, args, expect):
+    """--trace-rate 10^20 reached tritonserver, a 100,000-character OTLP host was accepted,
+    --max-windows and --model-version 10^20 were taken."""
+    args = [a.replace("REPO", str(fp16_entry.parent)) for a in args]
+    r = _cli(*args)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and expect in lines[0], r.stderr

@@ -99,7 +99,7 @@ def bench(
     seconds: Optional[float] = typer.Option(None, "--seconds", min=0.1, help="Measure each point for this long "
                                             "(default: 2 s windows until three agree within 10%)."),
     window_s: float = typer.Option(2.0, "--window-s", min=0.1, help="Measurement window, seconds."),
-    max_windows: int = typer.Option(10, "--max-windows", min=3, help="Windows before giving up on stability."),
+    max_windows: int = typer.Option(10, "--max-windows", min=3, max=10_000, help="Windows before giving up on stability."),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help="The request: the first sample of this .npz "
                                           "(or folder of them), arrays named like the inputs."),
     dims: Optional[str] = typer.Option(None, "--dims", metavar="NAME=SIZE[,...]",

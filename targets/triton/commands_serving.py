@@ -340,9 +340,11 @@ def _wait(server) -> None:  # noqa: ANN001 - serve.TritonServer
 def deploy(
     entry: Path = typer.Argument(..., help="The repository entry to push: DIR/NAME."),
     conn: ConnectionFlags = None,   # the connection group: with_connection
-    model_version: Optional[int] = typer.Option(None, "--model-version", help="Version number on the server "
+    model_version: Optional[int] = typer.Option(None, "--model-version", min=1, max=2**63 - 1,
+                                                help="Version number on the server "
                                                 "(default: the entry's newest version folder)."),
-    version: Optional[int] = typer.Option(None, "--version", hidden=True, help="Same as --model-version."),
+    version: Optional[int] = typer.Option(None, "--version", hidden=True, min=1, max=2**63 - 1,
+                                          help="Same as --model-version."),
     name: Optional[str] = typer.Option(None, "--name", help="Model name on the server (default: the config's)."),
     wait_timeout: float = typer.Option(120.0, "--wait-timeout", help="Seconds to wait for READY."),
     smoke: bool = typer.Option(True, "--smoke/--no-smoke", help="Run one inference after loading."),

@@ -129,14 +129,22 @@ def _check_request(req: KServeRequest) -> None:
         if not steps or any(not 1 <= w <= 100 for w in steps) or steps != sorted(set(steps)) or steps[-1] != 100:
             raise UsageError(f"--canary-steps {','.join(map(str, steps))}: give rising percentages that end at 100, "
                              "e.g. 10,30,100")
-        if req.max_p99_ms is None or not 0 < req.max_p99_ms < 1e7:
+        if req.max_p99_ms is None:
             raise UsageError("--canary-steps needs --max-p99-ms: the p99 latency (ms) above which the analysis "
                              "aborts the rollout")
-        if not re.fullmatch(r"[1-9][0-9]{0,4}[smh]", req.step_pause):
+        if not 0.1 <= req.max_p99_ms <= 1e6:
+            raise UsageError(f"--max-p99-ms {req.max_p99_ms:g}: a p99 latency between 0.1 ms and 1e6 ms")
+        pause = re.fullmatch(r"([1-9][0-9]{0,4})([smh])", req.step_pause)
+        if not pause:
             raise UsageError(f"--step-pause {req.step_pause!r}: a duration such as 30s, 5m or 1h")
+        if int(pause.group(1)) * {"s": 1, "m": 60, "h": 3600}[pause.group(2)] > 86400:
+            raise UsageError(f"--step-pause {req.step_pause}: at most 24h between canary steps")
+        if req.canary_percent is not None:
+            raise UsageError("--canary-percent (KServe's canary of the InferenceService) and --canary-steps (an Argo "
+                             "rollout of the plain Deployment) are two ways to roll out: give one")
         from .metrics import http_url
 
-        http_url(req.prometheus_url, "--prometheus-url")
+        req.prometheus_url = http_url(req.prometheus_url, "--prometheus-url")   # as checked: stripped
     elif req.max_p99_ms is not None:
         raise UsageError("--max-p99-ms goes with --canary-steps (the rollout it checks)")
     if req.min_replicas < 0 or req.max_replicas < 1 or req.min_replicas > req.max_replicas:
@@ -264,6 +272,8 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
     e = Entry.read(entry, req.model_version)
     cfg, version, local, files = e.config, e.version, e.local, e.files
     model = cfg.name
+    if req.name is not None and not req.name.strip():
+        raise UsageError("--service-name: empty (leave it out for a name from the model's)")
     svc = req.name or service_name(model)
     if req.name and service_name(req.name) != req.name:
         raise UsageError(f"--service-name {req.name!r} is not a Kubernetes name (a letter first, at most 45 of "

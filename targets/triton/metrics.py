@@ -21,6 +21,9 @@ TRITON = {"nv_inference_request_success": "success", "nv_inference_request_failu
           "nv_inference_compute_infer_duration_us": "infer_us"}
 
 
+URL_LIMIT = 2048
+
+
 def http_url(value: str, flag: str) -> str:
     """An http(s) URL given on the command line, checked whole before it is used: printable
     ASCII (no spaces or newlines), a scheme of http or https (`http://` added to HOST:PORT), a
@@ -31,8 +34,11 @@ def http_url(value: str, flag: str) -> str:
     from mcp_compiler.errors import UsageError
 
     text = value.strip()
-    if not text or not text.isascii() or any(ord(c) < 33 or ord(c) == 127 for c in text):
-        raise UsageError(f"{flag}: expected http://HOST:PORT (printable ASCII, no spaces or newlines)")
+    if len(text) > URL_LIMIT:
+        raise UsageError(f"{flag}: {len(text):,} characters, more than a URL here may be ({URL_LIMIT})")
+    if not text or not text.isascii() or any(ord(c) < 33 or ord(c) == 127 or c in "{}\\\"'<>`" for c in text):
+        raise UsageError(f"{flag}: expected http://HOST:PORT (printable ASCII, no spaces, newlines, quotes, "
+                         "braces or backslashes)")
     text = text if "://" in text else f"http://{text}"
     try:
         parts = urlsplit(text)

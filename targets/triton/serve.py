@@ -172,8 +172,8 @@ class Trace:
         kind, sep, value = spec.partition("=")
         if not sep or not value.strip() or kind not in ("otlp", "file"):
             raise UsageError(f"--trace {spec!r}: expected otlp=http://HOST:PORT[/v1/traces] or file=PATH")
-        if rate < 1:
-            raise UsageError(f"--trace-rate must be >= 1 (one request in N is traced), got {rate}")
+        if not 1 <= rate <= 2**31 - 1:
+            raise UsageError(f"--trace-rate must be between 1 and {2**31 - 1} (one request in N is traced), got {rate}")
         if level.upper() not in TRACE_LEVELS:
             raise UsageError(f"--trace-level must be TIMESTAMPS or TENSORS, got {level!r}")
         if kind == "file":

@@ -513,3 +513,42 @@ def test_a_hostile_tune_report_is_one_clean_error(entries, tmp_path, case):
     r, out = _kserve(e, tmp_path / "m", "--from-tune", str(p))
     assert r.exit_code == 2 and "--from-tune" in out["error"]["message"], r.output
     assert "internal error" not in r.output and not (tmp_path / "m").exists()
+
+
+ROLL = ["--canary-steps", "10,30,100", "--max-p99-ms", "50"]
+
+
+@pytest.mark.parametrize("extra, expect", [
+    (["--canary-steps", "10,30,100", "--max-p99-ms", "1e-300"], "between 0.1 ms and 1e6 ms"),
+    ([*ROLL, "--step-pause", "99999h"], "at most 24h"),
+    ([*ROLL, "--canary-percent", "10"], "two ways to roll out"),
+    ([*ROLL, "--prometheus-url", "http://prom:9090/{{args.x}}"], "braces"),
+    ([*ROLL, "--prometheus-url", "http://" + "p" * 100_000], "more than a URL here may be"),
+    (["--service-name", ""], "--service-name: empty"),
+    (["--model-version", "100000000000000000000"], "--model-version"),
+])
+def test_round5_low_kserve_flags_are_refused(entries, tmp_path, extra, expect):
+    """Issue 62 round 5, low items: each was accepted (or ignored) before."""
+    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", *extra)
+    message = out["error"]["message"] if out else r.output
+    assert r.exit_code == 2 and expect in message, r.output
+    assert not (tmp_path / "m").exists()
+
+
+def test_the_prometheus_url_is_written_as_checked(entries, tmp_path):
+    r, _ = _kserve(entries / "repo" / "mlp", tmp_path / "m", *ROLL, "--prometheus-url", " http://prom:9090\n")
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "m" / "rollout" / "analysistemplate.yaml").read_text() if (
+        tmp_path / "m" / "rollout" / "analysistemplate.yaml").exists() else "".join(
+        p.read_text() for p in (tmp_path / "m").rglob("*.yaml"))
+    assert "address: http://prom:9090\n" in text and "http://prom:9090\\n" not in text
+
+
+def test_an_error_naming_a_value_with_a_newline_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "mcp_compiler.cli", "convert", str(tmp_path / "no\nsuch.onnx"),
+                        "-t", "triton-v1.12", "-o", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "no\\nsuch.onnx" in lines[0], r.stderr
