@@ -153,3 +153,19 @@ def test_round5_huge_values_are_refused_before_anything_starts(fp16_entry, tmp_p
     r = _cli(*args)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and expect in lines[0], r.stderr
+
+
+def test_tune_refuses_an_unknown_execution_before_starting_a_server(fp16_entry, tmp_path):
+    """tune started a tritonserver (and its stub) before refusing what verify refuses up front."""
+    import shutil
+
+    copy = tmp_path / "m"
+    shutil.copytree(fp16_entry, copy)
+    cfg = copy / "config.pbtxt"
+    cfg.write_text(cfg.read_text() + 'parameters {\n  key: "mcp_execution"\n  value {\n    string_value: "tpu"\n  }\n}\n')
+    env = {**__import__("os").environ, "TMPDIR": str(tmp_path)}
+    r = subprocess.run([*CLI, "tune", str(copy), "--slo-p99-ms", "50"], capture_output=True, text=True, timeout=300,
+                       env=env)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "config.pbtxt" in lines[0] and "tpu" in lines[0], r.stderr
+    assert not list(tmp_path.glob("mcp-triton-*"))   # no server's folder was made

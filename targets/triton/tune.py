@@ -247,6 +247,13 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
     t0 = time.monotonic()
     say = progress or (lambda _msg: None)
     e = Entry.read(entry)   # once: the search, the confirmation and the profile use what was read
+    if e.config.backend == "python":   # an execution the entry's runtime does not know: refused before a server starts
+        from .verify import load_runtime, recorded_execution
+
+        params = e.config.parameters
+        recorded_execution(load_runtime(e.local), e.local, (
+            params[P.EXECUTION].string_value if P.EXECUTION in params else "onnxruntime",
+            params[P.PRECISION].string_value if P.PRECISION in params else "f32"))
     batchable = _batchable(e)
     notes: list[str] = []
     with served(e, None, inputs=inputs, dims=dims) as s:

@@ -261,6 +261,15 @@ def _recorded_budget(params: dict[str, str], entry: Path, given: bool = False) -
     return out
 
 
+def recorded_execution(rt, vdir: Path, execution: tuple[str, str]) -> dict:  # noqa: ANN001 - the entry's mcp_runtime
+    """The runtime's keyword arguments for the execution the entry's config records; one it does
+    not know is exit 2 naming the config, before anything runs or starts."""
+    try:
+        return rt.execution(*execution)
+    except rt.MCPIRError as e:
+        raise InvalidModelError(vdir.parent / "config.pbtxt", str(e)) from None
+
+
 def _param_json(cfg, key: str, model_dir: Path, kind: type):  # noqa: ANN001, ANN202 - a ModelConfig; the value
     """A JSON parameter of the entry's config, parsed bounded: a bad one is exit 2 naming the file."""
     from mcp_compiler.files import parse_json
@@ -331,10 +340,7 @@ def _emitted_runner(backend: str, vdir: Path, pin: bool = False,  # noqa: ANN202
             return lambda feeds: sess.run(None, feeds)
     if backend == "python":   # as the server runs it: its execution, weights dequantized at load where it says so
         rt = load_runtime(vdir)
-        try:
-            how = rt.execution(*execution)
-        except rt.MCPIRError as e:
-            raise InvalidModelError(vdir.parent / "config.pbtxt", str(e)) from None
+        how = recorded_execution(rt, vdir, execution)
         if how.get("engine") == "openvino":
             # what the server runs: the model and compiled blobs its cache holds (checked there)
             how["cache_dir"] = rt.cache_dir_for(vdir / "model.mcpir")
