@@ -169,3 +169,21 @@ def test_tune_refuses_an_unknown_execution_before_starting_a_server(fp16_entry, 
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "config.pbtxt" in lines[0] and "tpu" in lines[0], r.stderr
     assert not list(tmp_path.glob("mcp-triton-*"))   # no server's folder was made
+
+
+@pytest.mark.slow   # 5 seeds x 120 runs; `python tests/_fuzz_round5.py SEED 1000 DIR` for the full count
+@pytest.mark.parametrize("seed", range(5))
+def test_the_round5_fuzzer_finds_nothing(tmp_path, seed):
+    """tests/_fuzz_round5.py: spoiled OpenVINO caches, hostile recorded parameters, broken TLS
+    material and rollout options; every run ends in the model's own outputs or a documented error."""
+    import os
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    env = {**os.environ, "HOME": str(tmp_path), "TMPDIR": str(tmp_path), "PYTHONPATH": str(here)}
+    r = subprocess.run([sys.executable, str(here / "_fuzz_round5.py"), str(seed), "120", str(tmp_path)],
+                       capture_output=True, text=True, timeout=900, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["failures"] == [] and sum(got["per_surface"].values()) == 120, got
+    assert not (tmp_path / "intel").exists()   # no OpenVINO telemetry in any of it

@@ -60,7 +60,11 @@ def certificates(p: Path, now: dt.datetime | None = None) -> list[Any]:
         raise UsageError(f"certificate file {p} does not parse as X.509 ({_first(e)}): truncated or not a certificate") from None
     now = now or dt.datetime.now(dt.timezone.utc)
     for c in certs:
-        subject = c.subject.rfc4514_string() or "(no subject)"
+        try:   # (cryptography parses a certificate's fields when first asked for them)
+            subject = c.subject.rfc4514_string() or "(no subject)"
+            c.public_key()
+        except Exception as e:  # noqa: BLE001 - ValueError, UnsupportedAlgorithm: a field that does not parse
+            raise UsageError(f"certificate file {p} does not parse as X.509 ({_first(e)})") from None
         if c.not_valid_after_utc < now:
             raise UsageError(f"certificate file {p}: {subject} expired on {c.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
         if c.not_valid_before_utc > now:
