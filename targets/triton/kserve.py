@@ -533,7 +533,7 @@ def apply(m: Manifests, *, plain: bool = False, kubeconfig: str | None = None, t
     try:
         k8s.config.load_kube_config(config_file=kubeconfig)
     except Exception as e:  # noqa: BLE001 - the client raises ConfigException and file errors
-        raise UsageError(f"no usable kubeconfig ({e}): write the files with -o and `kubectl apply -f` them") from None
+        raise UsageError(f"no usable kubeconfig ({' '.join(str(e).split())[:300]}): write the files with -o and `kubectl apply -f` them") from None
     api = k8s.client.ApiClient()
     done = []
     docs = m.files["plain/triton.yaml"] if plain else m.files["inferenceservice.yaml"]

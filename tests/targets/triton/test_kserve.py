@@ -552,3 +552,12 @@ def test_an_error_naming_a_value_with_a_newline_is_one_line(tmp_path):
                         "-t", "triton-v1.12", "-o", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "no\\nsuch.onnx" in lines[0], r.stderr
+
+
+def test_a_garbage_kubeconfig_is_one_readable_line(entries, tmp_path):
+    """Issue 62 round 5 (partly fixed from round 4): a YAML error's own newlines made it 2 lines."""
+    kc = tmp_path / "kubeconfig"
+    kc.write_text("garbage: [\n  x: }\n")
+    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--apply", "--kubeconfig", str(kc))
+    message = out["error"]["message"]
+    assert r.exit_code == 2 and "no usable kubeconfig" in message and "\n" not in message and "\\n" not in message
