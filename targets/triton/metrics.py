@@ -37,7 +37,7 @@ def http_url(value: str, flag: str) -> str:
     if len(text) > URL_LIMIT:
         raise UsageError(f"{flag}: {len(text):,} characters, more than a URL here may be ({URL_LIMIT})")
     if not text or not text.isascii() or any(ord(c) < 33 or ord(c) == 127 or c in "{}\\\"'<>`" for c in text):
-        raise UsageError(f"{flag}: expected http://HOST:PORT (printable ASCII, no spaces, newlines, quotes, "
+        raise UsageError(f"{flag}: expected http://HOST:PORT (printable ASCII, no spaces or newlines, no quotes, "
                          "braces or backslashes)")
     text = text if "://" in text else f"http://{text}"
     try:

@@ -220,6 +220,18 @@ def confirm_seconds(window_s: float, pairs: int) -> float:
     return 2 * LOAD_SECONDS + pairs * 2 * (WARMUP_S + 2 * window_s)
 
 
+def _check_execution(e: Entry) -> None:
+    """An execution the entry's runtime does not know is exit 2 naming its config (as verify)."""
+    if e.config.backend != "python":
+        return
+    from .verify import load_runtime, recorded_execution
+
+    params = e.config.parameters
+    recorded_execution(load_runtime(e.local), e.local, (
+        params[P.EXECUTION].string_value if P.EXECUTION in params else "onnxruntime",
+        params[P.PRECISION].string_value if P.PRECISION in params else "f32"))
+
+
 def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: float = 120.0,
          objective: str = "throughput", window_s: float = 1.0, max_windows: int = 6,
          inputs: str | os.PathLike | None = None, cores: int | None = None,
@@ -247,13 +259,7 @@ def tune(entry: str | os.PathLike, load: Load, slo_p99_ms: float, *, budget_s: f
     t0 = time.monotonic()
     say = progress or (lambda _msg: None)
     e = Entry.read(entry)   # once: the search, the confirmation and the profile use what was read
-    if e.config.backend == "python":   # an execution the entry's runtime does not know: refused before a server starts
-        from .verify import load_runtime, recorded_execution
-
-        params = e.config.parameters
-        recorded_execution(load_runtime(e.local), e.local, (
-            params[P.EXECUTION].string_value if P.EXECUTION in params else "onnxruntime",
-            params[P.PRECISION].string_value if P.PRECISION in params else "f32"))
+    _check_execution(e)   # before a server starts
     batchable = _batchable(e)
     notes: list[str] = []
     with served(e, None, inputs=inputs, dims=dims) as s:

@@ -57,6 +57,7 @@ class _Fake:
         monkeypatch.setattr(T, "measure_points", measure_points)
         monkeypatch.setattr(T, "unload_model", lambda s: None)
         monkeypatch.setattr(T, "_batchable", lambda entry: True)
+        monkeypatch.setattr(T, "_check_execution", lambda entry: None)   # (no entry on disk)
         monkeypatch.setattr(T.Entry, "read", classmethod(lambda cls, e, v=None: cls(e, None, 1, None, {})))
 
 
