@@ -301,3 +301,24 @@ def test_convert_and_verify_of_an_openvino_entry_open_no_network_socket(tmp_path
         assert r.returncode == 0, r.stderr
         inet = [line for line in trace.read_text().splitlines() if "AF_INET" in line]
         assert inet == [], inet
+
+
+@pytest.mark.parametrize("where", ["saved", "blob"])
+def test_a_folder_or_link_where_a_kept_file_goes_is_a_miss_not_a_failure(entry, tmp_path, where):
+    vdir = entry / "1"
+    cache = vdir / "ov_cache"
+    cache.mkdir()
+    first = _load(vdir, cache)
+    want = first.run({first.input_names[0]: X})[0]
+    (path,) = cache.glob("model-*.xml") if where == "saved" else (cache / "f32").glob("*.blob")
+    path.unlink()
+    path.mkdir()
+    (path / "inside").write_text("x")
+    again = _load(vdir, cache)
+    np.testing.assert_array_equal(again.run({again.input_names[0]: X})[0], want)
+    assert path.is_file()   # made again in its place
+    path.unlink()
+    os.symlink(tmp_path / "elsewhere", path)
+    third = _load(vdir, cache)
+    np.testing.assert_array_equal(third.run({third.input_names[0]: X})[0], want)
+    assert not (tmp_path / "elsewhere").exists()   # nothing written through the link

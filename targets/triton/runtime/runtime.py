@@ -456,9 +456,10 @@ def _ov_saved_intact(xml: str) -> bool:
     """Whether the saved model `xml` (and its .bin) is byte for byte what this runtime saved:
     the digests written with it when it was published. One that is not (changed, truncated,
     planted without digests) is removed: a cache miss, lowered and saved again."""
-    if not os.path.isfile(xml):
-        return False
     base = xml[:-4]
+    if not os.path.isfile(xml) or os.path.islink(xml):
+        _remove_any(xml, base + ".bin", base + ".sha256")   # (a folder or link in its place: a miss, not a failure)
+        return False
     try:
         with open(base + ".sha256", encoding="ascii") as f:
             want = f.read(200).split()
@@ -495,10 +496,10 @@ class _Blobs:
                     want = f.read(100).strip()
             except (OSError, UnicodeDecodeError):
                 want = None
-            if want is not None and _file_sha256(path) == want:
+            if want is not None and not os.path.islink(path) and _file_sha256(path) == want:
                 kept.add(name)
             else:
-                _unlink(path, path + ".sha256")
+                _remove_any(path, path + ".sha256")
         return kept
 
     def sign(self, before: set[str]) -> None:
@@ -549,6 +550,17 @@ def _ov_publish(tmp: str, xml: str) -> None:
         os.replace(tmp, xml)
     except OSError:
         _unlink(tmp, tmp[:-4] + ".bin")
+
+
+def _remove_any(*paths: str) -> None:
+    """Remove what is at each path, a folder or a link included (never what a link points to)."""
+    import shutil
+
+    for p in paths:
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            _unlink(p)
 
 
 def _unlink(*paths: str) -> None:
