@@ -187,3 +187,14 @@ def test_the_round5_fuzzer_finds_nothing(tmp_path, seed):
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["failures"] == [] and sum(got["per_surface"].values()) == 120, got
     assert not (tmp_path / "intel").exists()   # no OpenVINO telemetry in any of it
+
+
+def test_an_output_at_a_dangling_link_is_exit_2(tmp_path):
+    """-o at a link to nowhere was `internal error: FileExistsError` (round 4, partly fixed)."""
+    import os
+
+    os.symlink(tmp_path / "nowhere" / "x", tmp_path / "out")
+    r = _cli("convert", str(MLP), "-t", "triton-v1.12", "-o", str(tmp_path / "out"))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "which does not exist" in lines[0], r.stderr
+    assert not (tmp_path / "nowhere").exists()

@@ -296,6 +296,9 @@ def _make_dirs(out_dir: Path) -> list[Path]:
     """mkdir -p out_dir; the folders it made, innermost first (to remove them after a failure)."""
     made = []
     p = out_dir.absolute()
+    for q in (p, *p.parents):
+        if q.is_symlink() and not q.exists():   # mkdir would fail on it (FileExistsError)
+            raise UsageError(f"--output {out_dir}: {q} is a link to {os.readlink(q)}, which does not exist")
     while not p.exists():
         made.append(p)
         p = p.parent
