@@ -132,6 +132,47 @@ def remove_stale_servers() -> list[int]:
     return killed
 
 
+KEPT = "kept"   # in a server's temp folder: kept on purpose (an error message names its log)
+
+
+def remove_stale_folders(tmp: Path | None = None) -> list[Path]:
+    """What servers of mcp-cli processes that are gone (killed: SIGKILL) left in the temp folder:
+    their `mcp-triton-<pid>-*` folders (unless kept on purpose for their log: KEPT), and, when no
+    tritonserver of this user runs at all, the empty `/tmp/python_env_*` folders Triton's python
+    backend makes (at a fixed place) and removes only when it stops. The paths removed."""
+    import tempfile
+
+    from mcp_compiler.files import pid_alive
+
+    tmp = Path(tmp or tempfile.gettempdir())
+    removed = []
+    for d in tmp.glob("mcp-triton-*-*"):
+        pid = d.name[len("mcp-triton-"):].split("-", 1)[0]
+        with contextlib.suppress(OSError):
+            if (pid.isdigit() and not pid_alive(int(pid)) and d.is_dir() and not d.is_symlink()
+                    and d.stat().st_uid == os.getuid() and not (d / KEPT).exists()):
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(d)
+    if not _tritonservers_running():
+        for d in Path("/tmp").glob("python_env_*"):
+            with contextlib.suppress(OSError):
+                if d.is_dir() and not d.is_symlink() and d.stat().st_uid == os.getuid() and not any(d.iterdir()):
+                    d.rmdir()
+                    removed.append(d)
+    return removed
+
+
+def _tritonservers_running() -> bool:
+    """Whether any tritonserver of this user runs (theirs may own a python_env_ folder)."""
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if d.stat().st_uid == os.getuid() and b"tritonserver" in (d / "cmdline").read_bytes().split(b"\0")[0]:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _die_with_parent() -> None:
     # PR_SET_PDEATHSIG: the server must not outlive a crashed or killed test or CLI process.
     # SIGKILL, not SIGTERM: there is no one left to serve, and tritonserver's graceful stop kept
@@ -238,7 +279,7 @@ class TritonServer:
         self.extra_args = list(extra_args or [])
         self.startup_timeout = startup_timeout
         self.proc: subprocess.Popen | None = None
-        self._tmp = Path(tempfile.mkdtemp(prefix="mcp-triton-"))
+        self._tmp = Path(tempfile.mkdtemp(prefix=f"mcp-triton-{os.getpid()}-"))   # (the pid: remove_stale_folders)
         self.log_path = Path(log_path) if log_path else self._tmp / "server.log"
         # the python backend's shared-memory regions are named with this prefix (its
         # shm-region-prefix-name): this server's are found and removed however it ended
@@ -302,6 +343,7 @@ class TritonServer:
     def _start(self) -> TritonServer:
         remove_stale_servers()   # (before their regions: a live stub keeps a region mapped)
         remove_stale_regions()
+        remove_stale_folders(self._tmp.parent)
         inst = find_triton()
         backends = self._backend_dir(inst)
         given = {flag: port for flag, port in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
@@ -437,6 +479,9 @@ class TritonServer:
             self.relay.close()
         if not (keep_log or self.died is not None):
             shutil.rmtree(self._tmp, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                (self._tmp / KEPT).write_text("kept for its log: an error message names it\n")
 
     def __enter__(self) -> TritonServer:
         return self.start()

@@ -125,3 +125,46 @@ def test_the_next_start_kills_the_servers_of_mcp_cli_processes_that_are_gone(tmp
         for q in (orphan, alive):
             q.kill()
             q.wait()
+
+
+def test_the_next_start_removes_the_folders_a_killed_server_left(entry, tmp_path):
+    """A serve killed with SIGKILL left its `mcp-triton-*` folder in TMPDIR and Triton's python
+    backend its `/tmp/python_env_*` (removed only when tritonserver stops): the next server start
+    removes both (a folder kept on purpose for its log stays)."""
+    from mcp_compiler.targets.triton.serve import KEPT, TritonServer, _tritonservers_running
+
+    if _tritonservers_running():
+        pytest.skip("another tritonserver of this user runs: its python_env_ folders are not ours to judge")
+    envs_before = set(Path("/tmp").glob("python_env_*"))
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    p = subprocess.Popen([*CLI, "serve", str(entry.parent), "--http-port", "0", "--grpc-port", "0",
+                          "--metrics-port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        _wait(lambda: len(_of(p.pid)) >= 2 or p.poll() is not None, "serve: no server started")
+        _wait(lambda: set(Path("/tmp").glob("python_env_*")) - envs_before or p.poll() is not None,
+              "the python backend made no python_env_ folder")
+        p.kill()
+        p.wait(DEADLINE)
+        _wait(lambda: not _servers(p.pid), "its tritonserver still runs", p.pid)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    left = [d for d in tmp_path.glob("mcp-triton-*")]
+    leaked = set(Path("/tmp").glob("python_env_*")) - envs_before
+    assert left and leaked   # what SIGKILL leaves
+    kept = tmp_path / "mcp-triton-1-kept"   # pid 1: alive, never ours to remove (and a kept one, too)
+    kept.mkdir()
+    (kept / KEPT).write_text("")
+    import tempfile
+
+    old = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path)
+    (tmp_path / "empty-repo").mkdir()
+    try:
+        with TritonServer(tmp_path / "empty-repo", explicit=True):
+            pass
+    finally:
+        tempfile.tempdir = old
+    assert not any(d.exists() for d in left) and kept.exists()
+    assert not any(d.exists() for d in leaked)
+    assert not _of(p.pid)   # a stub caught in its own start: killed by that start too
