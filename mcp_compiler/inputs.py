@@ -430,6 +430,8 @@ def probe(model: Model, p: InputPlan, run: Callable[[dict], list], rng_seed: int
         p.tried.append(dict(sizes))
         try:
             outs = run(feeds)
+        except TimeoutError:   # a bounded run that did not end: not a size that fails
+            raise
         except Exception as e:  # noqa: BLE001 - onnxruntime raises many kinds
             errors.append(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
             continue
@@ -462,6 +464,8 @@ def _redraw(model: Model, p: InputPlan, run: Callable[[dict], list], rng_seed: i
         p.floats = kind
         try:
             outs = run(make(model, p, np.random.default_rng(rng_seed)))
+        except TimeoutError:   # a bounded run that did not end: not a size that fails
+            raise
         except Exception:  # noqa: BLE001 - this range does not suit the model
             continue
         if all(np.isfinite(np.asarray(o)).all() for o in outs if _float(o)):
@@ -493,6 +497,8 @@ def _prefer_exercising(model: Model, p: InputPlan, run: Callable[[dict], list], 
         p.floats = kind
         try:
             got = run(make(model, p, np.random.default_rng(rng_seed)))
+        except TimeoutError:   # a bounded run that did not end: not a size that fails
+            raise
         except Exception:  # noqa: BLE001 - this distribution does not suit the model
             continue
         score = sum(map(exercised, got))

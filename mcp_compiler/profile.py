@@ -225,16 +225,31 @@ def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto
             c.dropped = f"does not load: {_first_line(e)}"
     if base.key not in runs:
         raise UsageError(f"the model does not load in onnxruntime: {base.dropped}")
-    p, checks = _request_plan(model, dims or {}, runs[base.key], prof)
-    select = [_request(model, p, SELECT_SEED + k) for k in range(SELECT_SAMPLES)]
-    judge = [_request(model, p, JUDGE_SEED + k) for k in range(JUDGE_SAMPLES)] + _check_samples(model, checks)
-    prof.select_samples, prof.judge_samples = len(select), len(judge)
-    want = [runs[base.key](f) for f in select]
+    # each run of the checks bounded too (where the loader can end one): not only the timing
+    bound = max(RUN_BOUND_MIN_S, RUN_BOUND_TIMES * seconds)
+    checked = {k: _bounded(fn, bound) for k, fn in runs.items()}
+    try:
+        p, checks = _request_plan(model, dims or {}, checked[base.key], prof)
+        select = [_request(model, p, SELECT_SEED + k) for k in range(SELECT_SAMPLES)]
+        judge = [_request(model, p, JUDGE_SEED + k) for k in range(JUDGE_SAMPLES)] + _check_samples(model, checks)
+        prof.select_samples, prof.judge_samples = len(select), len(judge)
+        want = [checked[base.key](f) for f in select]
+    except TimeoutError as e:   # onnxruntime fp32 itself: nothing to compare with; it stays
+        for c in cands[1:]:
+            c.dropped = c.dropped or "not measured: a run of the model on onnxruntime did not end"
+        prof.notes.append(f"{_first_line(e)} on onnxruntime fp32 (the reference): the executions were not "
+                          "profiled; onnxruntime fp32 kept")
+        base.chosen = True
+        prof.seconds = clock() - start
+        return prof
     for c in cands[1:]:
         if c.dropped:
             continue
         try:
-            c.accuracy = _accuracy(want, [runs[c.key](f) for f in select])
+            c.accuracy = _accuracy(want, [checked[c.key](f) for f in select])
+        except TimeoutError as e:
+            _never_ended(c, e, cands, prof)
+            break
         except Exception as e:  # noqa: BLE001 - fails on inputs onnxruntime runs
             c.dropped = f"fails to run: {_first_line(e)}"
             continue
@@ -246,9 +261,12 @@ def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto
     for c in _ranked(live, base, prof, runtime, precision):
         if c is base:
             break
-        reference = reference or [runs[base.key](f) for f in judge]
         try:
-            c.judged = _accuracy(reference, [runs[c.key](f) for f in judge])
+            reference = reference or [checked[base.key](f) for f in judge]
+            c.judged = _accuracy(reference, [checked[c.key](f) for f in judge])
+        except TimeoutError as e:
+            _never_ended(c, e, cands, prof)
+            break
         except Exception as e:  # noqa: BLE001 - fails at a size the selection did not run
             c.dropped = f"fails to run on the judging samples: {_first_line(e)}"
             continue
@@ -262,6 +280,28 @@ def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto
         base.chosen = True
     prof.seconds = clock() - start
     return prof
+
+
+RUN_BOUND_MIN_S, RUN_BOUND_TIMES = 60.0, 10   # one checking run: at least a minute, 10x the profile's bound
+
+
+def _never_ended(c: Candidate, e: BaseException, cands: list[Candidate], prof: Profile) -> None:
+    """A candidate's run did not end in its bound: it is dropped and so is every candidate not yet
+    chosen (a run OpenVINO cannot stop keeps its cores busy: nothing measured after it would be
+    fair); onnxruntime fp32 stays."""
+    c.dropped = f"its run did not end: {_first_line(e)}"
+    for other in cands[1:]:
+        if other is not c and not other.dropped:
+            other.dropped = f"not measured: a run on {c.key} did not end"
+    prof.notes.append(f"a run on {c.key} did not end ({_first_line(e)}): the profile stopped there; "
+                      "onnxruntime fp32 kept")
+
+
+def _bounded(run: Callable, seconds: float) -> Callable:
+    """`run` ended after `seconds` (TimeoutError) where the loader gave it a way to (`run.within`:
+    the runtime's run_within, which stops onnxruntime or cancels OpenVINO's request)."""
+    within = getattr(run, "within", None)
+    return run if within is None else (lambda feeds: within(feeds, seconds))
 
 
 def request(model, run: Callable, dims: dict[str, int] | None = None, seed: int = SELECT_SEED) -> dict:  # noqa: ANN001

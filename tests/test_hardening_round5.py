@@ -198,3 +198,59 @@ def test_an_output_at_a_dangling_link_is_exit_2(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "which does not exist" in lines[0], r.stderr
     assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
+def test_a_run_that_never_ends_is_ended_by_its_bound(tmp_path, engine):
+    """The profile bounded its measurement, not a run: a candidate whose run never returns hung
+    convert. MCPIRModel.run_within stops onnxruntime's run (RunOptions.terminate); OpenVINO's
+    request cannot be stopped inside a Loop, so that model refuses every later run (no hang on a
+    new request). In a child process: the OpenVINO thread computes until the process ends."""
+    if engine == "openvino":
+        pytest.importorskip("openvino", reason="openvino not installed (pip install -e '.[openvino]')")
+    model = _forever(tmp_path)
+    r = subprocess.run([*CLI, "convert", str(model), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--name", "f"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    code = f"""
+import os, sys, numpy as np
+from pathlib import Path
+from mcp_compiler.targets.triton.verify import load_runtime
+vdir = Path({str(tmp_path / "repo" / "f" / "1")!r})
+rt = load_runtime(vdir)
+m = rt.MCPIRModel(vdir / "model.mcpir", **rt.execution({engine!r}, "f32"))
+x = {{"x": np.ones(4, np.float32)}}
+attempts = [lambda: m.run_within(x, 1.0)] * 2 + ([lambda: m.run(x)] if {engine!r} == "openvino" else [])
+for attempt in attempts:
+    try:
+        attempt()
+        print("ended")
+    except rt.RunTimeout as e:
+        print("timeout:", e)
+sys.stdout.flush()
+os._exit(0)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = r.stdout.strip().splitlines()
+    assert r.returncode == 0 and lines[0] == "timeout: a run took longer than 1 s" + (
+        " (OpenVINO could not stop it)" if engine == "openvino" else ""), (r.stdout, r.stderr)
+    # onnxruntime: stopped, and the next bounded run is bounded again; OpenVINO: refused at once
+    assert lines == [lines[0]] * (3 if engine == "openvino" else 2), lines
+
+
+def test_the_profile_keeps_onnxruntime_when_its_run_never_ends(tmp_path, monkeypatch):
+    """--runtime auto of a model whose run never ends: the profile's checking runs are bounded;
+    the reference's did not end, so nothing is profiled and onnxruntime fp32 is kept, said so."""
+    from mcp_compiler import profile as prof
+    from mcp_compiler.frontend import load_onnx
+    from mcp_compiler.targets.triton.verify import execution_loader
+
+    model = _forever(tmp_path)
+    r = subprocess.run([*CLI, "convert", str(model), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--name", "f"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    monkeypatch.setattr(prof, "RUN_BOUND_MIN_S", 1.0)
+    got = prof.choose(load_onnx(model, check=False).model, execution_loader(tmp_path / "repo" / "f" / "1"), seconds=0.1)
+    chosen = [c for c in got.candidates if c.chosen]
+    assert [c.key for c in chosen] == [got.candidates[0].key] and "did not end" not in chosen[0].key
+    assert any("longer than 1 s" in n and "onnxruntime fp32 kept" in n for n in got.notes), got.notes

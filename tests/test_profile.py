@@ -122,6 +122,33 @@ def test_a_candidate_that_does_not_compile_or_misses_its_budget_is_dropped(model
     assert p.chosen.key == "onnxruntime/f32"
 
 
+def test_a_candidate_whose_run_never_ends_stops_the_profile(model):
+    """A bounded run that did not end (OpenVINO cannot stop one inside a Loop: its cores stay
+    busy): that candidate is dropped, nothing after it is measured, onnxruntime fp32 kept."""
+    clock = Clock()
+    costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.002, "openvino/bf16": 0.001}
+    inner = _loader(clock, costs)
+    bounds = []
+
+    def load(c):
+        run = inner(c)
+
+        def within(feeds, seconds):
+            bounds.append(seconds)
+            if c.key == "openvino/f32":
+                raise TimeoutError(f"a run took longer than {seconds:g} s")
+            return run(feeds)
+        run.within = within
+        return run
+
+    p = P.choose(model, load, m=AMX, clock=clock, seconds=1.0)
+    by = {c.key: c for c in p.candidates}
+    assert by["openvino/f32"].dropped == "its run did not end: a run took longer than 60 s"
+    assert by["openvino/bf16"].dropped == "not measured: a run on openvino/f32 did not end"
+    assert p.chosen.key == "onnxruntime/f32" and any("the profile stopped there" in n for n in p.notes)
+    assert bounds and set(bounds) == {max(P.RUN_BOUND_MIN_S, P.RUN_BOUND_TIMES * 1.0)}
+
+
 def test_the_winner_is_judged_on_samples_the_choice_never_saw(model):
     clock = Clock()
     costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.005, "openvino/bf16": 0.010}

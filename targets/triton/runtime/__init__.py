@@ -4,13 +4,13 @@ This package is copied into each model repository's version folder by mcp-cli (w
 FlatBuffers code generated from mcp_ir.fbs and the buffer verifier); it never imports mcp-cli.
 """
 
-__all__ = ["Decoder", "MCPIRError", "MCPIRModel", "SequenceState", "StateTableFull", "cache_dir_for", "execution"]
+__all__ = ["Decoder", "MCPIRError", "MCPIRModel", "RunTimeout", "SequenceState", "StateTableFull", "cache_dir_for", "execution"]
 
 
 def __getattr__(name: str) -> object:
     """The runtime's names load on first use: `params` (the config's keys, standard library only)
     is read by mcp-cli itself without loading onnxruntime or the FlatBuffers code."""
-    if name in ("MCPIRError", "MCPIRModel", "cache_dir_for", "execution"):
+    if name in ("MCPIRError", "MCPIRModel", "RunTimeout", "cache_dir_for", "execution"):
         from . import runtime
 
         return getattr(runtime, name)

@@ -47,6 +47,10 @@ class MCPIRError(ValueError):
     """The file is not a readable MCP-IR model."""
 
 
+class RunTimeout(RuntimeError):
+    """A bounded run (MCPIRModel.run_within) did not end in time."""
+
+
 def _first(e: BaseException) -> str:
     text = str(e).strip()
     return (text.splitlines()[0] if text else type(e).__name__)[:300]
@@ -253,6 +257,7 @@ class MCPIRModel:
         return self._ov_blobs.compile(self._ov_core, model, self._ov_config)
 
     _compiler: _Static | None = None
+    _ov_stuck = ""   # why this OpenVINO model runs nothing more (a bounded run it could not stop)
 
     def serve(self) -> None:
         """Serving: shapes that come back get a model compiled for them, in a background thread
@@ -265,6 +270,8 @@ class MCPIRModel:
     def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> list[np.ndarray]:
         if self.session is not None:
             return self.session.run(outputs, feeds)
+        if self._ov_stuck:
+            raise RunTimeout(self._ov_stuck)
         req = self._ov_request
         if self._compiler is not None:
             key = tuple((n, feeds[n].shape) for n in self._dynamic_inputs if n in feeds)
@@ -272,6 +279,39 @@ class MCPIRModel:
             if req is self._ov_request:
                 self._compiler.seen(key, feeds)
         return _outputs(req, req.infer(feeds), outputs or self.output_names)
+
+    def run_within(self, feeds: dict[str, np.ndarray], seconds: float) -> list[np.ndarray]:
+        """`run`, ended after `seconds` (a RunTimeout): onnxruntime's run is told to terminate,
+        OpenVINO's request is cancelled, so nothing keeps computing after it (a Loop that runs for
+        ever). For a profile: each candidate's run is bounded, not only the measurement."""
+        if self.session is not None:
+            import threading
+
+            import onnxruntime as ort
+
+            opts = ort.RunOptions()
+            timer = threading.Timer(seconds, lambda: setattr(opts, "terminate", True))
+            timer.daemon = True
+            timer.start()
+            try:
+                return self.session.run(None, feeds, opts)
+            except Exception:
+                if opts.terminate:
+                    raise RunTimeout(f"a run took longer than {seconds:g} s") from None
+                raise
+            finally:
+                timer.cancel()
+        if self._ov_stuck:
+            raise RunTimeout(self._ov_stuck)
+        req = self._ov_request
+        req.start_async(feeds)
+        if not req.wait_for(max(1, int(seconds * 1000))):
+            # OpenVINO's cancel stops a request between its nodes only: one inside a Loop keeps
+            # computing (and a new request waits for it), so this model runs nothing more
+            req.cancel()
+            self._ov_stuck = f"a run took longer than {seconds:g} s (OpenVINO could not stop it)"
+            raise RunTimeout(self._ov_stuck)
+        return _outputs(req, req.results, self.output_names)
 
     # -- weights ------------------------------------------------------------------------------
     def tensor_bytes(self, t: fb.Tensor) -> tuple[int, int]:
