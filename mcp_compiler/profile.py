@@ -230,9 +230,11 @@ def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto
     checked = {k: _bounded(fn, bound) for k, fn in runs.items()}
     try:
         p, checks = _request_plan(model, dims or {}, checked[base.key], prof)
-        select = [_request(model, p, SELECT_SEED + k) for k in range(SELECT_SAMPLES)]
-        judge = [_request(model, p, JUDGE_SEED + k) for k in range(JUDGE_SAMPLES)] + _check_samples(model, checks)
-        prof.select_samples, prof.judge_samples = len(select), len(judge)
+        made = clock()
+        select = [_request(model, p, SELECT_SEED)]
+        n_select, n_judge = _sample_counts(clock() - made, seconds, prof)
+        select += [_request(model, p, SELECT_SEED + k) for k in range(1, n_select)]
+        prof.select_samples, prof.judge_samples = len(select), 2 * n_judge
         want = [checked[base.key](f) for f in select]
     except TimeoutError as e:   # onnxruntime fp32 itself: nothing to compare with; it stays
         for c in cands[1:]:
@@ -256,12 +258,16 @@ def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto
         if not _within(c.accuracy, c.budget):
             c.dropped = f"outside its budget {_budget_text(c.budget)}: {_acc_text(c.accuracy)}"
     live = [c for c in cands if not c.dropped]
-    _time(live, runs, select, prof, start, seconds, clock, len(judge))
-    reference = None
+    _time(live, runs, select, prof, start, seconds, clock, prof.judge_samples)
+    reference, judge = None, []
     for c in _ranked(live, base, prof, runtime, precision):
         if c is base:
             break
         try:
+            if not judge:   # made only where a candidate is judged: large inputs take long to draw
+                judge = [_request(model, p, JUDGE_SEED + k) for k in range(n_judge)] + _check_samples(
+                    model, checks, n_judge)
+                prof.judge_samples = len(judge)
             reference = reference or [checked[base.key](f) for f in judge]
             c.judged = _accuracy(reference, [checked[c.key](f) for f in judge])
         except TimeoutError as e:
@@ -344,8 +350,26 @@ def _request_plan(model, dims: dict[str, int], run: Callable, prof: Profile):  #
     return p, p
 
 
-def _check_samples(model, q) -> list[dict]:  # noqa: ANN001 - an IR Model, the checks' InputPlan
-    """JUDGE_SAMPLES samples at the sizes `verify` checks an entry at (the checks' plan, not the
+SAMPLE_SHARE = 0.25   # of --profile-seconds: what drawing the samples may take before there are fewer
+
+
+def _sample_counts(per: float, seconds: float, prof: Profile) -> tuple[int, int]:
+    """How many selection and judging samples (each judging count twice: at the request's sizes
+    and at the checks'): the defaults, fewer where drawing one took `per` seconds and all of them
+    would take more than SAMPLE_SHARE of the bound (a 200 MB input takes 0.8 s to draw here)."""
+    full = SELECT_SAMPLES + 2 * JUDGE_SAMPLES
+    if per * full <= SAMPLE_SHARE * seconds:
+        return SELECT_SAMPLES, JUDGE_SAMPLES
+    n = max(3, int(SAMPLE_SHARE * seconds / max(per, 1e-9)))
+    n_select = min(SELECT_SAMPLES, max(1, n // 5))
+    n_judge = min(JUDGE_SAMPLES, max(1, (n - n_select) // 2))
+    prof.notes.append(f"a request's inputs took {per:.2f} s to draw: {n_select} selection and {2 * n_judge} "
+                      f"judging samples, not {SELECT_SAMPLES} and {2 * JUDGE_SAMPLES} (--profile-seconds gives more)")
+    return n_select, n_judge
+
+
+def _check_samples(model, q, n: int = JUDGE_SAMPLES) -> list[dict]:  # noqa: ANN001 - an IR Model, the checks' InputPlan
+    """`n` samples at the sizes `verify` checks an entry at (the checks' plan, not the
     request's), drawn with a seed of the profile's own: a precision that holds at the request's
     sizes and not at the checks' (ppocr_cls in bf16: cosine 0.9998 at 224x224, 0.9987 at the checks'
     small sides) would pass here and fail `verify` on fresh samples. [] where the checks' plan does
@@ -355,7 +379,7 @@ def _check_samples(model, q) -> list[dict]:  # noqa: ANN001 - an IR Model, the c
 
     try:
         rng = np.random.default_rng(CHECK_SEED)
-        return [make(model, q, rng) for _ in range(JUDGE_SAMPLES)]
+        return [make(model, q, rng) for _ in range(n)]
     except McpError:
         return []
 

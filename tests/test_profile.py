@@ -149,6 +149,29 @@ def test_a_candidate_whose_run_never_ends_stops_the_profile(model):
     assert bounds and set(bounds) == {max(P.RUN_BOUND_MIN_S, P.RUN_BOUND_TIMES * 1.0)}
 
 
+def test_inputs_slow_to_draw_make_fewer_samples_not_a_longer_profile(model, monkeypatch):
+    """A 200 MB static input took 0.8 s to draw, 20 times: a 3 s profile took 17 s. Where drawing
+    all the samples would take over a quarter of the bound there are fewer, said so, and the
+    judging samples are drawn only where a candidate is judged."""
+    clock = Clock()
+    drawn = []
+    request = P._request
+
+    def slow(model, p, seed):
+        clock.t += 0.05
+        drawn.append(seed)
+        return request(model, p, seed)
+    monkeypatch.setattr(P, "_request", slow)
+    costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.010, "openvino/bf16": 0.0101}
+    p = P.choose(model, _loader(clock, costs), m=AMX, clock=clock, seconds=1.0)   # nothing faster: none judged
+    assert p.chosen.key == "onnxruntime/f32" and p.select_samples == 1 and len(drawn) == 1
+    assert any("took 0.05 s to draw: 1 selection and 4 judging samples, not 3 and 16" in n for n in p.notes), p.notes
+    clock.t, drawn[:] = 0.0, []
+    costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.006, "openvino/bf16": 0.003}
+    p = P.choose(model, _loader(clock, costs), m=AMX, clock=clock, seconds=1.0)
+    assert p.chosen.key == "openvino/bf16" and p.judge_samples == 4 and len(drawn) == 1 + 2
+
+
 def test_the_winner_is_judged_on_samples_the_choice_never_saw(model):
     clock = Clock()
     costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.005, "openvino/bf16": 0.010}
