@@ -291,6 +291,7 @@ def _check_paths(input, output, options: CompileOptions, target) -> Path:  # noq
             raise UsageError(f"--output {output}: with --target {target.name}, --output is the model repository "
                              "folder (the model goes inside it)")
         check_output(output, "--output", directory=True)
+        _outside_entries(output)
         return output
     if output is None:
         raise UsageError(f"--output is required without --target (a {FILE_EXTENSION} or .onnx file)")
@@ -303,6 +304,17 @@ def _check_paths(input, output, options: CompileOptions, target) -> Path:  # noq
     if output.exists() and not options.target.force:
         raise OutputExistsError(f"{output} exists; pass --force to replace it")
     return output
+
+
+def _outside_entries(output: Path) -> None:
+    """A repository is not written inside a model entry: `-o REPO/NAME` (or its version folder)
+    made REPO/NAME/model, a folder Triton ignores and deploy carries along with the entry."""
+    p = output.absolute()
+    for q in (p, *p.parents[:2]):
+        if (q / "config.pbtxt").is_file():
+            repo = q.parent
+            raise UsageError(f"--output {output}: {q} is a model entry (it holds config.pbtxt), not a model "
+                             f"repository; give its repository ({repo}) to write an entry beside it")
 
 
 def _require_legal(model: Model, target, properties: set) -> None:  # noqa: ANN001

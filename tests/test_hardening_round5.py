@@ -254,3 +254,47 @@ def test_the_profile_keeps_onnxruntime_when_its_run_never_ends(tmp_path, monkeyp
     chosen = [c for c in got.candidates if c.chosen]
     assert [c.key for c in chosen] == [got.candidates[0].key] and "did not end" not in chosen[0].key
     assert any("longer than 1 s" in n and "onnxruntime fp32 kept" in n for n in got.notes), got.notes
+
+
+def test_an_output_on_a_really_full_disk_is_one_line_and_leaves_nothing(tmp_path):
+    """-o on a full disk was an internal error: here a real 100 KiB tmpfs (where this user may
+    mount one), for each kind of output, a fresh name and one replaced with --force."""
+    import shutil
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if shutil.which("mount") is None or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100k", "tmpfs", str(disk)],
+                                                       capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        model = str(GOLDEN / "convnet" / "model.onnx")
+        (disk / "old.mcpir").write_bytes(b"kept")
+        (disk / "fill").write_bytes(b"\0" * 90 * 1024)
+        before = sorted(p.name for p in disk.iterdir())
+        for args in (["-o", str(disk / "m.mcpir")], ["-o", str(disk / "old.mcpir"), "--force"],
+                     ["-o", str(disk / "m.onnx")], ["-t", "onnx", "-o", str(disk / "n.onnx")],
+                     ["-t", "triton-v1.12", "-o", str(disk / "repo")]):
+            r = subprocess.run([*CLI, "convert", model, *args], capture_output=True, text=True, timeout=300)
+            lines = r.stderr.strip().splitlines()
+            assert r.returncode == 1 and len(lines) == 1 and "no space left on the device" in lines[0], (args, r.stderr)
+            assert sorted(p.name for p in disk.iterdir()) == before, args
+        assert (disk / "old.mcpir").read_bytes() == b"kept"
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_a_repository_is_not_written_inside_a_model_entry(tmp_path):
+    """-o REPO/NAME (or its version folder) wrote a repository inside the entry: REPO/NAME/model,
+    which Triton ignores and deploy carries along. Exit 2, naming the repository to give."""
+    model = str(GOLDEN / "convnet" / "model.onnx")
+    repo = tmp_path / "repo"
+    r = subprocess.run([*CLI, "convert", model, "-t", "triton-v1.12", "-o", str(repo), "--name", "a"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    before = sorted(str(p) for p in repo.rglob("*"))
+    for out in (repo / "a", repo / "a" / "1", repo / "a" / "1" / "x"):
+        r = subprocess.run([*CLI, "convert", model, "-t", "triton-v1.12", "-o", str(out), "--name", "b"],
+                           capture_output=True, text=True, timeout=300)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and f"give its repository ({repo})" in lines[0], r.stderr
+        assert sorted(str(p) for p in repo.rglob("*")) == before
