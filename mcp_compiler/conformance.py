@@ -47,7 +47,7 @@ def collect_cases(filter_: str | None = None) -> list[Any]:
 
 def roundtrip_proto(model: onnx.ModelProto, workdir: Path) -> onnx.ModelProto:
     """ONNX -> IR -> .mcpir bytes -> IR -> ONNX, through the real frontend (file on disk)."""
-    return to_onnx(_roundtrip_ir(model, workdir))
+    return to_onnx(_roundtrip_ir(model, workdir), value_info=True)
 
 
 def _roundtrip_ir(model: onnx.ModelProto, workdir: Path):  # noqa: ANN202
@@ -66,7 +66,7 @@ def legalized_proto(model: onnx.ModelProto, workdir: Path, target: str = "triton
     ir = _roundtrip_ir(model, workdir)
     _, records = PassManager(t.legalize_passes(), PassContext(target=t)).run(ir)
     rules = [f"{d['op']}: {d['rule']}" for r in records for d in r.details]
-    return to_onnx(ir), rules
+    return to_onnx(ir, value_info=True), rules
 
 
 def run_ort(model: onnx.ModelProto, data_sets: list, rtol: float, atol: float) -> str:

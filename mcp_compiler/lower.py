@@ -20,14 +20,27 @@ PROTO_LIMIT = 2**31 - 1 - (64 << 20)
 TensorSink = Callable[[Tensor], "tuple[str, int, int] | None"]
 
 
-def to_onnx(model: Model, *, sink: TensorSink | None = None, value_info: bool = True) -> onnx.ModelProto:
+# The model's metadata key that says its original declared the shapes of its inner values
+# (value_info): the frontend sets it, the lowering (and the runtime's own) reads it, neither writes it.
+DECLARED_SHAPES = "mcp.declared_shapes"
+
+
+def declares_shapes(model: Model) -> bool:
+    return model.metadata_props.get(DECLARED_SHAPES) == "1"
+
+
+def to_onnx(model: Model, *, sink: TensorSink | None = None, value_info: bool | None = None) -> onnx.ModelProto:
     """Lower a Model to an ONNX ModelProto (raw_data copies unless `sink` places tensors).
 
-    `value_info=False` leaves out the main graph's declared shapes of inner values, for
-    onnxruntime to run: it infers what it needs, and where it is told every shape it fuses
-    Add + LayerNormalization into SkipLayerNormalization, measured 10% slower on CPU here
-    (benchmarks/RESULTS.md, encoder). The shape contracts stay in the IR.
+    The main graph's inner shapes (value_info) go out as the original had them (`value_info`
+    None: declares_shapes): onnxruntime fuses by them, so that the lowered model runs as the
+    original runs. Told shapes the original did not declare, it fused Add + LayerNormalization
+    into SkipLayerNormalization, measured 10% slower on CPU here (benchmarks/RESULTS.md, encoder);
+    not told those the original declared, it lost that fusion and a dynamic-int8 model's roundings
+    flipped (max abs 4.8 off the original). The shape contracts stay in the IR either way.
     """
+    if value_info is None:
+        value_info = declares_shapes(model)
     lw = _Lowering(sink)
     p = onnx.ModelProto(
         ir_version=model.ir_version, producer_name=model.producer_name,
@@ -36,7 +49,7 @@ def to_onnx(model: Model, *, sink: TensorSink | None = None, value_info: bool = 
     for dom, ver in model.opset_imports.items():
         p.opset_import.add(domain=dom, version=ver)
     lw.graph(model.graph, into=p.graph, value_info=value_info)   # built in place: a CopyFrom copies it all
-    _set_props(p.metadata_props, model.metadata_props)
+    _set_props(p.metadata_props, {k: v for k, v in model.metadata_props.items() if k != DECLARED_SHAPES})
     for f in model.functions:
         p.functions.append(lw.function(f))
     return p
@@ -46,13 +59,13 @@ def write_onnx(model: Model, path: Path, *, external: bool | None = None) -> lis
     """Write `model` as an ONNX file at `path` (not atomically: the caller stages it); the
     names written. Weights go to `<name>.data` beside it (tensors of 1 KiB and more, 64-byte
     aligned, copied file to file) when `external`, or when None and they exceed protobuf's
-    2 GiB limit. Inner shapes are left to onnxruntime's inference (to_onnx says why)."""
+    2 GiB limit. Inner shapes as the original declared them (to_onnx says why)."""
     from .mcpir.writer import TensorCopier
 
     if external is None:
         external = sum(t.nbytes for t in model.tensors()) >= PROTO_LIMIT
     if not external:
-        path.write_bytes(to_onnx(model, value_info=False).SerializeToString())
+        path.write_bytes(to_onnx(model).SerializeToString())
         return [path.name]
     data_name = path.name + ".data"
     with open(path.with_name(data_name), "wb") as data, TensorCopier() as copier:
@@ -65,7 +78,7 @@ def write_onnx(model: Model, path: Path, *, external: bool | None = None) -> lis
             copier.write(t, data)
             return (data_name, offset + pad, t.nbytes)
 
-        proto = to_onnx(model, sink=sink, value_info=False)
+        proto = to_onnx(model, sink=sink)
     path.write_bytes(proto.SerializeToString())
     return [path.name, data_name]
 

@@ -98,7 +98,7 @@ def session_maker(model: Model, options: ort.SessionOptions | None = None,
         values.append(ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(t.numpy())))
         return (_PLACEHOLDER, 0, t.nbytes)
 
-    proto = to_onnx(model, sink=sink, value_info=False)
+    proto = to_onnx(model, sink=sink)
     if len(folders) > 1:
         raise UnsupportedError("weights come from files in several folders; onnxruntime resolves "
                                "external data against one", hint="convert to .mcpir first")

@@ -91,6 +91,7 @@ def _out_of_order(message: str) -> bool:
 
 def _load(path: Path, proto: onnx.ModelProto, check: bool, infer_shapes: bool, beside: bool | None) -> LoadedModel:
     ext = _ExternalData(path.parent)
+    declared = len(proto.graph.value_info) > 0   # before shape inference adds its own
     for t in _all_tensor_protos(proto):
         if t.data_location == onnx.TensorProto.EXTERNAL:
             ext.check(t)
@@ -133,6 +134,11 @@ def _load(path: Path, proto: onnx.ModelProto, check: bool, infer_shapes: bool, b
         model = importer.model(proto, body)
     except InvalidModelError as e:
         raise _with_path(e, path) from None
+    from ..lower import DECLARED_SHAPES  # the lowered model declares inner shapes as this one did
+
+    model.metadata_props.pop(DECLARED_SHAPES, None)
+    if declared:
+        model.metadata_props[DECLARED_SHAPES] = "1"
     return LoadedModel(model, path, warnings, list(ext.files))
 
 
@@ -856,7 +862,7 @@ def to_onnx_by_reference(model: Model) -> tuple[onnx.ModelProto, list[Tensor]]:
         tensors.append(t)
         return (IN_MEMORY, len(tensors) - 1, t.nbytes)
 
-    return to_onnx(model, sink=sink), tensors
+    return to_onnx(model, sink=sink, value_info=True), tensors
 
 
 def import_by_reference(proto: onnx.ModelProto, tensors: list[Tensor]) -> Model:

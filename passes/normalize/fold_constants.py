@@ -338,7 +338,7 @@ def _run(model: Model, g: Graph, fold: list[Node], wanted: list,
         sub.nodes.append(Node(n.op_type, [local(v) if v is not None else None for v in n.inputs], outs,
                               domain=n.domain, name=n.name, attributes=list(n.attributes.values())))
     sub.outputs = [mapping[id(v)] for v in wanted]
-    proto = to_onnx(IRModel(sub, dict(model.opset_imports), ir_version=max(model.ir_version, 4)))
+    proto = to_onnx(IRModel(sub, dict(model.opset_imports), ir_version=max(model.ir_version, 4)), value_info=True)
     for o in proto.graph.output:
         o.type.CopyFrom(helper.make_empty_tensor_value_info(o.name).type)
     so = ort.SessionOptions()

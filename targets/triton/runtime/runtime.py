@@ -47,6 +47,9 @@ class MCPIRError(ValueError):
     """The file is not a readable MCP-IR model."""
 
 
+_DECLARED = b"mcp.declared_shapes"   # (compiler's lower.DECLARED_SHAPES) the original declared its inner shapes
+
+
 class RunTimeout(RuntimeError):
     """A bounded run (MCPIRModel.run_within) did not end in time."""
 
@@ -681,9 +684,12 @@ class _Lowering:
         self.o = owner
         self.symbols: list[bytes] = []
         self.depth = 0
+        self.declared = False
 
     def model(self, r: fb.Model) -> bytes:
         self.symbols = [r.Symbols(j).Name() for j in range(r.SymbolsLength())]
+        # the main graph's inner shapes as the original declared them (compiler's lower.to_onnx)
+        self.declared = any(r.MetadataProps(j).Key() == _DECLARED for j in range(r.MetadataPropsLength()))
         # fields in their numbers' order, as protobuf writes them (OpenVINO's ONNX reader refused
         # some models whose opset_import, field 8, came before the graph)
         parts = [_int(1, r.IrVersion())]
@@ -691,7 +697,7 @@ class _Lowering:
                   _int(5, r.ModelVersion()) if r.ModelVersion() else b"", _str(6, r.DocString()),
                   _len(7, self.graph(r.Graph(), top=True))]
         parts += [_len(8, self.opset(r.OpsetImports(j))) for j in range(r.OpsetImportsLength())]
-        parts += self.props(14, r)
+        parts += self.props(14, r, skip=_DECLARED)
         parts += [_len(25, self.function(r.Functions(j))) for j in range(r.FunctionsLength())]
         return b"".join(parts)
 
@@ -700,10 +706,12 @@ class _Lowering:
         return _str(1, o.Domain()) + _int(2, o.Version())
 
     @staticmethod
-    def props(field: int, obj) -> list[bytes]:  # noqa: ANN001
+    def props(field: int, obj, skip: bytes | None = None) -> list[bytes]:  # noqa: ANN001
         out = []
         for j in range(obj.MetadataPropsLength()):
             kv = obj.MetadataProps(j)
+            if skip is not None and kv.Key() == skip:
+                continue
             out.append(_len(field, _str(1, kv.Key()) + _str(2, kv.Value())))
         return out
 
@@ -732,7 +740,7 @@ class _Lowering:
         p += [_str(10, g.DocString())]
         p += [_len(11, self.value(g.Inputs(j))) for j in range(g.InputsLength())]
         p += [_len(12, self.value(g.Outputs(j))) for j in range(g.OutputsLength())]
-        if not top:   # the main graph's inner shapes are left to onnxruntime (as compiler's lower.py)
+        if not top or self.declared:   # the main graph's: only where the original declared them
             p += [_len(13, self.value(g.ValueInfo(j))) for j in range(g.ValueInfoLength())]
         p += self.props(16, g)
         self.depth -= 1

@@ -73,7 +73,7 @@ def _check_against_ort(model, feeds: dict) -> tuple[int, int]:
                     assert d == n, v.name
     ours = {o.name: o.type.shape for n in model.graph.nodes for o in n.outputs
             if isinstance(o.type, TensorType) and o.type.shape is not None}
-    proto = to_onnx(model)
+    proto = to_onnx(model, value_info=True)
     have = {o.name for o in proto.graph.output}
     proto.graph.output.extend(v for v in proto.graph.value_info if v.name not in have and v.name in ours)
     names = [o.name for o in proto.graph.output]
