@@ -395,6 +395,9 @@ def deploy(
                                        help="The Prometheus the rollout's analysis queries."),
     step_pause: str = typer.Option("5m", "--step-pause", rich_help_panel="Kubernetes (KServe)",
                                    help="The pause after each canary step but the last (30s, 5m, 1h)."),
+    kube_version: str = typer.Option("1.30", "--kube-version", metavar="1.N", rich_help_panel="Kubernetes (KServe)",
+                                     help="The cluster's Kubernetes release: the manifests are validated against its "
+                                     "schemas (1.25 or newer)."),
     service_account: Optional[str] = typer.Option(None, "--service-account", rich_help_panel="Kubernetes (KServe)",
                                                   help="The pods' service account: the one your storage "
                                                   "credentials (an S3 or GCS secret) are attached to."),
@@ -434,12 +437,13 @@ def deploy(
                                 min_replicas=min_replicas, max_replicas=max_replicas, canary_percent=canary_percent,
                                 promote=promote, tune_report=from_tune, image=image, service_account=service_account,
                                 canary_steps=percent_list(canary_steps), max_p99_ms=max_p99_ms,
-                                prometheus_url=prometheus_url, step_pause=step_pause,
+                                prometheus_url=prometheus_url, step_pause=step_pause, kube_version=kube_version,
                                 model_version=model_version if model_version is not None else version))
         k8s_only = [f for f, v in (("--storage-uri", storage_uri), ("--canary-percent", canary_percent),
                                    ("--from-tune", from_tune), ("--image", image), ("--apply", apply),
                                    ("--promote", promote), ("--service-account", service_account),
-                                   ("--canary-steps", canary_steps), ("--max-p99-ms", max_p99_ms)) if v]
+                                   ("--canary-steps", canary_steps), ("--max-p99-ms", max_p99_ms),
+                                   ("--kube-version", kube_version != "1.30")) if v]
         if k8s_only:
             raise UsageError(f"{k8s_only[0]} goes with --kserve")
         if conn.url is None:

@@ -25,7 +25,7 @@ from typing import Any
 from mcp_compiler.errors import InvalidModelError, McpError, UsageError
 
 from .entry import int_parameter
-from .kserve_validate import ARGO_API, KUBERNETES_VERSION, KubeLibraryError, ManifestError, lib, validate  # noqa: F401 - re-exported
+from .kserve_validate import ARGO_API, KUBERNETES_VERSION, KubeLibraryError, ManifestError, kube_version, lib, validate  # noqa: F401 - re-exported
 from .runtime import params as P
 
 # The Triton release the local `mcp-cli serve` runs (tritonserver 2.51 from nvidia-pytriton 0.7.0)
@@ -70,6 +70,7 @@ class KServeRequest:
     max_p99_ms: float | None = None       # its AnalysisTemplate aborts the rollout above this p99
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     step_pause: str = "5m"                # the pause after each step but the last
+    kube_version: str = KUBERNETES_VERSION  # the cluster's release: what the manifests are validated against
 
 
 @dataclass
@@ -107,6 +108,7 @@ MAX_INSTANCES = 1024    # instances (and threads) an entry may ask a pod for
 
 
 def _check_request(req: KServeRequest) -> None:
+    kube_version(req.kube_version)   # before any work
     if not req.storage_uri.startswith(STORAGE_SCHEMES):
         raise UsageError(f"--storage-uri {req.storage_uri!r}: expected the model repository's folder as "
                          f"{', '.join(s + '...' for s in STORAGE_SCHEMES[:3])} (KServe downloads it)")
@@ -351,7 +353,7 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
                      f"{req.step_pause} between steps), aborted when a pod's p99 passes {req.max_p99_ms:g} ms in "
                      f"{req.prometheus_url} (Triton's metrics port 8002 must be scraped); apply it instead of "
                      "plain/triton.yaml's Deployment")
-    validate(files)
+    validate(files, kube_version(req.kube_version))
     return Manifests(files, svc, model, {k: v for k, v in res.items()}, scaling, notes, dockerfile)
 
 
@@ -403,8 +405,9 @@ def _plain(svc: str, model: str, req: KServeRequest, resources: dict, image: str
         "name": "triton", "image": image,
         "args": ["tritonserver", f"--model-repository={repo}", "--model-control-mode=explicit",
                  f"--load-model={model}", "--strict-readiness=true"],
-        "ports": [{"name": "http", "containerPort": HTTP_PORT}, {"name": "grpc", "containerPort": GRPC_PORT},
-                  {"name": "metrics", "containerPort": METRICS_PORT}],
+        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+                  {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         "resources": resources,
         "readinessProbe": {"httpGet": {"path": f"/v2/models/{model}/ready", "port": HTTP_PORT},
                            "periodSeconds": 5, "failureThreshold": 3},
@@ -428,9 +431,11 @@ def _plain(svc: str, model: str, req: KServeRequest, resources: dict, image: str
                            "template": {"metadata": {"labels": labels, "annotations": identity}, "spec": pod}}}
     service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
                "spec": {"selector": selector, "ports": [
-                   {"name": "http", "port": HTTP_PORT, "targetPort": "http"},
-                   {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc"},
-                   {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}]}}
+                   # protocol written out: server-side apply keys the ports by (port, protocol), and an
+                   # API server that does not default it first refuses the apply
+                   {"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
+                   {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"},
+                   {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}]}}
     # a plain HPA scales on resource metrics (concurrency needs a custom-metrics adapter): CPU
     hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta,
            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": svc},

@@ -8,7 +8,36 @@ import json
 
 from mcp_compiler.errors import McpError, UsageError
 
-KUBERNETES_VERSION = "1.30.0"    # the schemas the core kinds are checked against
+KUBERNETES_VERSION = "1.30.0"    # the schemas the core kinds are checked against (--kube-version's default)
+MIN_KUBE_MINOR = 25              # the oldest Kubernetes whose schemas kubernetes-validate ships
+
+
+def kube_version(text: str) -> str:
+    """--kube-version 1.N (or v1.N.P) as the schemas' "1.N.0", checked: manifests are written for
+    and validated against a release kubernetes-validate has the schemas of (1.25 and newer;
+    autoscaling/v2, the HPA's, is served from 1.23)."""
+    import re
+
+    m = re.fullmatch(r"v?1\.([0-9]{1,3})(?:\.[0-9]{1,4})?", text.strip())
+    if not m:
+        raise UsageError(f"--kube-version {text!r}: a Kubernetes release such as 1.30 or v1.28.3")
+    version = f"1.{int(m.group(1))}.0"
+    known = _known_versions()
+    if int(m.group(1)) < MIN_KUBE_MINOR:
+        raise UsageError(f"--kube-version {text}: mcp-cli writes manifests for Kubernetes 1.{MIN_KUBE_MINOR} or newer "
+                         "(the oldest it validates them against); upgrade the cluster or write your own")
+    if known and version not in known:
+        raise UsageError(f"--kube-version {text}: no schemas for it here (kubernetes-validate knows {known[0][:-2]} to "
+                         f"{known[-1][:-2]}); pip install -U kubernetes-validate, or give one of those")
+    return version
+
+
+def _known_versions() -> list[str]:
+    try:
+        import kubernetes_validate.utils as u
+    except ImportError:   # (the kube extra missing: validate() says so, in its own words)
+        return []
+    return sorted(set(u.all_versions()), key=lambda v: tuple(map(int, v.split("."))))
 ARGO_API = "argoproj.io/v1alpha1"
 
 
@@ -32,7 +61,7 @@ def lib(module: str, *, load: bool = True):  # noqa: ANN201 - the module (None w
         raise missing from None
 
 
-def validate(files: dict[str, list[dict]]) -> None:
+def validate(files: dict[str, list[dict]], version: str = KUBERNETES_VERSION) -> None:
     """Every document: core kinds against Kubernetes' schemas, the InferenceService through the
     KServe SDK's types (a field the SDK does not know, a wrong type or a missing required field
     fails). Raises ManifestError naming the file, the kind and the problem."""
@@ -44,15 +73,15 @@ def validate(files: dict[str, list[dict]]) -> None:
                 validate_kserve(d, where)
                 continue
             if d.get("apiVersion") == ARGO_API:
-                validate_argo(d, where, kv)
+                validate_argo(d, where, kv, version)
                 continue
             try:
-                kv.validate(d, KUBERNETES_VERSION, strict=True)
+                kv.validate(d, version, strict=True)
             except kv.ValidationError as e:
-                raise ManifestError(f"{where} does not validate against Kubernetes {KUBERNETES_VERSION}: "
+                raise ManifestError(f"{where} does not validate against Kubernetes {version}: "
                                     f"{'.'.join(map(str, e.path)) or '(top)'}: {e.message}") from None
             except (kv.InvalidSchemaError, kv.SchemaNotFoundError) as e:
-                raise ManifestError(f"{where}: no Kubernetes {KUBERNETES_VERSION} schema: {e}") from None
+                raise ManifestError(f"{where}: no Kubernetes {version} schema: {e}") from None
 
 
 class ManifestError(McpError):
@@ -78,7 +107,7 @@ def validate_kserve(doc: dict, where: str) -> None:
         raise ManifestError(f"{where}: not a valid KServe InferenceService: {problem}")
 
 
-def validate_argo(d: dict, where: str, kv) -> None:  # noqa: ANN001 - kubernetes_validate
+def validate_argo(d: dict, where: str, kv, version: str = KUBERNETES_VERSION) -> None:  # noqa: ANN001 - kubernetes_validate
     """Argo Rollouts' kinds (no package ships their CRD schemas): the fields its documentation
     requires, and the pod template against Kubernetes' own schema (as a Deployment's)."""
     def need(ok: bool, what: str) -> None:
@@ -102,10 +131,10 @@ def validate_argo(d: dict, where: str, kv) -> None:  # noqa: ANN001 - kubernetes
         as_deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": d["metadata"],
                          "spec": {"selector": spec["selector"], "template": spec["template"]}}
         try:
-            kv.validate(as_deployment, KUBERNETES_VERSION, strict=True)
+            kv.validate(as_deployment, version, strict=True)
         except kv.ValidationError as e:
             raise ManifestError(f"{where}: its pod template does not validate against Kubernetes "
-                                f"{KUBERNETES_VERSION}: {'.'.join(map(str, e.path)) or '(top)'}: {e.message}") from None
+                                f"{version}: {'.'.join(map(str, e.path)) or '(top)'}: {e.message}") from None
     elif d["kind"] == "AnalysisTemplate":
         metrics = spec.get("metrics")
         need(isinstance(metrics, list) and metrics, "spec.metrics required")

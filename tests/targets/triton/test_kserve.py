@@ -561,3 +561,50 @@ def test_a_garbage_kubeconfig_is_one_readable_line(entries, tmp_path):
     r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--apply", "--kubeconfig", str(kc))
     message = out["error"]["message"]
     assert r.exit_code == 2 and "no usable kubeconfig" in message and "\n" not in message and "\\n" not in message
+
+
+def test_service_and_container_ports_name_their_protocol(entries, tmp_path):
+    """Issue 61: the plain Service's ports had no `protocol`; server-side apply keys ports by
+    (port, protocol), and an API server (v1.20, server-side dry run) refused the apply."""
+    r, _ = _kserve(entries / "repo" / "mlp", tmp_path / "m")
+    assert r.exit_code == 0, r.output
+    docs = {d["kind"]: d for d in yaml.safe_load_all((tmp_path / "m" / "plain" / "triton.yaml").read_text())}
+    ports = docs["Service"]["spec"]["ports"]
+    assert ports and all(p["protocol"] == "TCP" for p in ports)
+    container = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert all(p["protocol"] == "TCP" for p in container["ports"])
+
+
+@pytest.mark.parametrize("version, ok", [("1.25", True), ("v1.28.3", True), ("1.37", True), ("1.20", False),
+                                         ("1.24", False), ("2.0", False), ("1.x", False), ("1.99", False)])
+def test_the_kube_version_is_stated_and_checked(entries, tmp_path, version, ok):
+    """--kube-version: the manifests are validated against that release's schemas; older than the
+    oldest validated (1.25), or one with no schemas here, is refused before anything is written."""
+    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--kube-version", version)
+    if ok:
+        assert r.exit_code == 0 and out["ok"], r.output
+        return
+    message = out["error"]["message"] if out else r.output
+    assert r.exit_code == 2 and "--kube-version" in message and len(message.splitlines()) == 1, r.output
+    assert not (tmp_path / "m").exists()
+    if version in ("1.20", "1.24"):
+        assert "1.25 or newer" in message
+
+
+def test_the_manifests_are_validated_against_the_kube_version_given(entries, tmp_path, monkeypatch):
+    from mcp_compiler.targets.triton import kserve_validate as kv
+
+    seen = []
+    real = kv.validate
+
+    def spy(files, version=kv.KUBERNETES_VERSION):
+        seen.append(version)
+        return real(files, version)
+    monkeypatch.setattr("mcp_compiler.targets.triton.kserve.validate", spy)
+    r, _ = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--kube-version", "v1.27.4")
+    assert r.exit_code == 0 and seen == ["1.27.0"], (r.output, seen)
+
+
+def test_kube_version_goes_with_kserve(entries):
+    r = runner.invoke(app, ["deploy", str(entries / "repo" / "mlp"), "--url", "http://127.0.0.1:1", "--kube-version", "1.28"])
+    assert r.exit_code == 2 and "--kube-version goes with --kserve" in r.output, r.output
