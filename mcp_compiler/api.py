@@ -87,6 +87,7 @@ def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
     output = _check_paths(input, output, options, target)
     clock = _Clock()
     model, fmt, warnings, notes = _load(input, options)
+    options = _recorded_settings(model, target, options, input, warnings)
     weights_in, grown_from = _weight_bytes(model)   # what summarize() counts, without its walk; weights proper
     samples = _calibration(model, options)
     checked = _selection_samples(input, fmt, samples, options)
@@ -266,9 +267,66 @@ def _check_quantization(input, fmt: str, model: Model, samples, options: Compile
                                "(the report's quantization.skipped lists each layer)")
 
 
+TARGET_KEY, SERVING_KEY = "mcp.target", "mcp.serving"   # an .mcpir lowered for a target records them
+
+
+def _lowered_for(target, output: Path) -> bool:  # noqa: ANN001
+    """-o model.mcpir with --target triton-v1.12: the model lowered for it, not its entry."""
+    return target is not None and target.output_suffix is None and Path(output).suffix == FILE_EXTENSION
+
+
+def _recorded_settings(model: Model, target, options: CompileOptions, input, warnings: list) -> CompileOptions:  # noqa: ANN001
+    """An .mcpir lowered for a target carries the target and the serving settings it was lowered
+    with: converting it for that target takes them, the flags given now winning (a setting left at
+    its default takes the recorded one). The keys never reach what is emitted."""
+    from dataclasses import fields, replace
+
+    from .files import parse_json
+
+    name, text = model.metadata_props.pop(TARGET_KEY, None), model.metadata_props.pop(SERVING_KEY, None)
+    if name is None or target is None or target.output_suffix is not None:
+        return options
+    if name != target.name:
+        warnings.append(f"{input} was lowered for target {name}: its serving settings are not used for {target.name}")
+        return options
+    recorded = parse_json(text or "{}", f"{input}: its recorded serving settings", limit=1 << 16, kind=dict)
+    params = options.target.params
+    if params is None:
+        from .targets.triton.params import ServingParams
+
+        params = ServingParams()
+    default = type(params)()
+    given = {f.name: getattr(params, f.name) for f in fields(params) if getattr(params, f.name) != getattr(default, f.name)}
+    from .targets.triton.params import resolve
+
+    merged = resolve(recorded, given, f"{input}: its recorded serving settings")
+    return replace(options, target=replace(options.target, params=merged))
+
+
+def _record_settings(model: Model, target, options: CompileOptions) -> None:  # noqa: ANN001
+    import json
+    from dataclasses import fields
+
+    params = options.target.params
+    kept = {}
+    if params is not None:
+        default = type(params)()
+        kept = {f.name: getattr(params, f.name) for f in fields(params)
+                if getattr(params, f.name) != getattr(default, f.name)}
+    model.metadata_props[TARGET_KEY] = target.name
+    model.metadata_props[SERVING_KEY] = json.dumps(kept, sort_keys=True)
+
+
 def _write(model: Model, target, input, output: Path, options: CompileOptions,  # noqa: ANN001
            report: CompileReport, properties: set) -> None:
-    if target is not None:
+    if _lowered_for(target, output):   # the design's `--output model.mcpir --target ...`
+        _require_legal(model, target, properties)
+        report.warnings += target.check(model)
+        _record_settings(model, target, options)
+        report.notes.append(f"{output} is lowered for {target.name} (its rewrites applied, the serving settings "
+                            f"recorded); its repository entry: mcp-cli convert {output} -t {target.name} "
+                            "-o model_repository")
+    elif target is not None:
         _require_legal(model, target, properties)
         _emit(model, target, input, output, options, report)
         return
@@ -285,18 +343,22 @@ def _check_paths(input, output, options: CompileOptions, target) -> Path:  # noq
     from .files import check_output, check_regular_input
 
     check_regular_input(input)
-    if target is not None and target.output_suffix is None:
+    if target is not None and target.output_suffix is None and not _lowered_for(target, output or ""):
         output = Path(DEFAULT_REPOSITORY if output is None else output)
-        if output.suffix in (FILE_EXTENSION, ".onnx"):
+        if output.suffix == ".onnx":
             raise UsageError(f"--output {output}: with --target {target.name}, --output is the model repository "
-                             "folder (the model goes inside it)")
+                             f"folder (the model goes inside it), or a {FILE_EXTENSION} file lowered for it")
         check_output(output, "--output", directory=True)
         _outside_entries(output)
         return output
     if output is None:
         raise UsageError(f"--output is required without --target (a {FILE_EXTENSION} or .onnx file)")
     output = Path(output)
-    want = FILE_EXTENSION if target is None else target.output_suffix
+    if _lowered_for(target, output) and options.checks.verify:
+        raise UsageError(f"--verify checks the entry a target serves: make it from this file with "
+                         f"`mcp-cli convert {output} -t {target.name} -o model_repository`, verified with "
+                         f"`mcp-cli verify {input} model_repository/NAME`, or give -o a repository folder")
+    want = FILE_EXTENSION if target is None or _lowered_for(target, output) else target.output_suffix
     if output.suffix != want:
         raise UsageError(f"--output {output}: expected a file named *{FILE_EXTENSION} (MCP-IR) or *.onnx (an "
                          "optimized ONNX model); Triton repositories come with --target triton-v1.12")

@@ -96,3 +96,70 @@ def test_a_models_own_key_does_not_declare_for_it(tmp_path):
     assert r.returncode == 0, r.stderr
     out = onnx.load(str(tmp_path / "out.onnx"))
     assert len(out.graph.value_info) == 0 and not out.metadata_props
+
+
+def _conv():
+    from _helpers import GOLDEN
+
+    return str(GOLDEN / "convnet" / "model.onnx")
+
+
+def test_the_designs_convert_command_is_accepted(tmp_path):
+    """`convert --input M --output model.mcpir --target triton-v1.12 --dynamic-batch true` exited 2
+    on every model. It writes the model lowered for the target with its serving settings recorded,
+    says how to make the entry, and that entry takes them (a flag given then wins)."""
+    import re
+
+    from mcp_compiler.mcpir import read_mcpir
+
+    out = tmp_path / "model.mcpir"
+    r = subprocess.run([*CLI, "convert", "--input", _conv(), "--output", str(out), "--target", "triton-v1.12",
+                        "--dynamic-batch", "true", "--max-batch-size", "16"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert f"its repository entry: mcp-cli convert {out} -t triton-v1.12 -o model_repository" in r.stderr + r.stdout
+    props = read_mcpir(out).metadata_props
+    assert props["mcp.target"] == "triton-v1.12" and '"max_batch_size": 16' in props["mcp.serving"]
+    for extra, batch in (([], 16), (["--max-batch-size", "4"], 4)):
+        repo = tmp_path / f"repo{batch}"
+        r = subprocess.run([*CLI, "convert", str(out), "-t", "triton-v1.12", "-o", str(repo), "--name", "conv", *extra],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        cfg = (repo / "conv" / "config.pbtxt").read_text()
+        assert re.search(rf"^max_batch_size: {batch}$", cfg, re.M) and "dynamic_batching {" in cfg, cfg
+        assert "mcp.serving" not in cfg and "mcp.target" not in read_mcpir(repo / "conv" / "1" / "model.mcpir").metadata_props
+    r = subprocess.run([*CLI, "verify", _conv(), str(tmp_path / "repo16" / "conv")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_lowered_mcpir_refuses_verify_and_bad_recorded_settings(tmp_path):
+    from mcp_compiler.mcpir import read_mcpir
+    from mcp_compiler.mcpir.writer import write_mcpir
+
+    out = tmp_path / "model.mcpir"
+    r = subprocess.run([*CLI, "convert", _conv(), "-o", str(out), "-t", "triton-v1.12", "--verify"],
+                       capture_output=True, text=True, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "--verify checks the entry a target serves" in lines[0], r.stderr
+    assert not out.exists()
+    r = subprocess.run([*CLI, "convert", _conv(), "-o", str(out), "-t", "triton-v1.12"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    for bad, text in (('{"max_batch_size": -3}', "max_batch_size"), ('{"nope": 1}', "unknown serving setting"),
+                      ("[" * 5000, "recorded serving settings")):
+        m = read_mcpir(out)
+        m.metadata_props["mcp.serving"] = bad
+        write_mcpir(m, tmp_path / "bad.mcpir")
+        r = subprocess.run([*CLI, "convert", str(tmp_path / "bad.mcpir"), "-t", "triton-v1.12", "-o", str(tmp_path / "r")],
+                           capture_output=True, text=True, timeout=300)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and text in lines[0], (bad[:20], r.stderr)
+        assert not (tmp_path / "r").exists()
+
+
+def test_a_closed_stdout_is_not_an_internal_error(tmp_path):
+    """`mcp-cli convert ... | head -1` printed `internal error: BrokenPipeError` twice."""
+    r = subprocess.run(f"{sys.executable} -m mcp_compiler.cli convert {_conv()} -t triton-v1.12 -o {tmp_path / 'r'} "
+                       "| true", shell=True, capture_output=True, text=True, timeout=300)
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert (tmp_path / "r" / "model" / "config.pbtxt").is_file()

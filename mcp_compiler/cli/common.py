@@ -36,6 +36,18 @@ def _traceback() -> None:
 _PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP)
 
 
+def _stdout_gone() -> None:
+    """Later writes to stdout (a flush at exit) go nowhere instead of failing again."""
+    import os
+
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, 1)
+        os.close(fd)
+    except OSError:
+        pass
+
+
 def run(rep, debug: bool, fn: Callable[[], Any]) -> None:  # noqa: ANN001 - report.Reporter
     """Run a command body; every failure becomes one line on stderr (and, with --json, the error
     envelope on stdout) and an exit code. With --json, what the body handed to `rep.json` is
@@ -54,6 +66,9 @@ def run(rep, debug: bool, fn: Callable[[], Any]) -> None:  # noqa: ANN001 - repo
             _traceback()
         rep.fail(type(e).__name__, str(e), e.exit_code)
         raise typer.Exit(e.exit_code) from None
+    except BrokenPipeError:   # stdout's reader went away (`| head`): nothing more to say, as `yes | head`
+        _stdout_gone()
+        raise SystemExit(128 + 13) from None
     except KeyboardInterrupt:
         rep.fail("Interrupted", "interrupted", 130)
         raise SystemExit(130) from None   # not typer.Exit(130): that is typer's own silent Ctrl-C (_Group.main)

@@ -123,7 +123,10 @@ CONVERT_EXAMPLES = examples(
     ("mcp-cli convert model.onnx -t triton-v1.12 --quantize int4",
      "  --accuracy-budget cos=0.99"),
     ("mcp-cli convert model.onnx -t triton-v1.12 --max-batch-size 16",
-     "  --preferred-batch-size 4,8 --json"))
+     "  --preferred-batch-size 4,8 --json"),
+    ("mcp-cli convert --input model.onnx --output model.mcpir",
+     "  --target triton-v1.12 --dynamic-batch true"),
+    "mcp-cli convert model.mcpir -t triton-v1.12 -o model_repository")
 
 
 def with_target_flags(fn: Callable) -> Callable:

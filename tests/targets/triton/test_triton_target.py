@@ -209,9 +209,10 @@ def test_verify_on_zoo_models(tmp_path):
         assert r.exit_code == 0, r.output
 
 
-def test_mcpir_output_with_target_is_a_usage_error(tmp_path):
-    r = _convert("-i", str(MLP), "-t", T, "-o", str(tmp_path / "x.mcpir"))
-    assert r.exit_code == 2 and "model repository folder" in r.output
+def test_onnx_output_with_target_is_a_usage_error(tmp_path):
+    """(An .mcpir output with the target is the model lowered for it: tests/test_served_as_run.py.)"""
+    r = _convert("-i", str(MLP), "-t", T, "-o", str(tmp_path / "x.onnx"))
+    assert r.exit_code == 2 and "model repository folder" in r.output and not (tmp_path / "x.onnx").exists()
 
 
 @pytest.mark.parametrize("level", ["int4", "fp8"])
