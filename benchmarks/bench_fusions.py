@@ -97,9 +97,13 @@ def main() -> None:
             rows.append([name, n_vi, text(want), "same" if now == want else text(now),
                          "same" if before == want else text(before), d_now, d_before])
             print(rows[-1], flush=True)
-    body = [f"{versions()}; {machine()}", "",
+    import datetime
+
+    differ = [r[0] for r in rows if r[3] != "same"]
+    body = [f"`python benchmarks/bench_fusions.py`, {datetime.date.today()}; {versions()}; {machine()}", "",
             f"Fused as the original: {same_now}/{len(rows)} now, {same_before}/{len(rows)} with the lowered "
-            f"model's value_info dropped (before). Originals that declare inner shapes: {declared}.", "",
+            f"model's value_info dropped (before). Originals that declare inner shapes: {declared}. Fused "
+            f"otherwise than the original now: {', '.join(differ) or 'none'}.", "",
             table(["model", "original value_info", "original's fused ops (onnxruntime default)", "ours now",
                    "ours before (no value_info)", "max abs vs original, now", "before"], rows)]
     write_section("fusions", "## Fusions kept (bench_fusions.py)\n\n" + "\n".join(body))
