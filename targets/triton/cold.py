@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from mcp_compiler.errors import ServerError
+from mcp_compiler.errors import ServerError, ServerUnreachableError
 
 from .bench import Served, load_model, unload_model
+from .client import call
 
 STEADY_REQUESTS = 50
 
@@ -67,7 +68,10 @@ class ColdReport:
                 "median": {k: self.median(k) for k in keys}, "notes": self.notes}
 
 
-def cold(s: Served, runs: int = 3, metrics_url: str | None = None, progress=None) -> ColdReport:  # noqa: ANN001
+def cold(s: Served, runs: int = 3, metrics_url: str | None = None, progress=None,  # noqa: ANN001
+         guessed: bool = False) -> ColdReport:
+    """`guessed`: metrics_url is the default of a --url server (its host, port 8002), not given:
+    one that cannot be read is a note, not an error."""
     notes = []
     if metrics_url is None:
         notes.append("no metrics URL: the runtime's own load phases are not shown (give --metrics-url)")
@@ -91,7 +95,7 @@ def cold(s: Served, runs: int = 3, metrics_url: str | None = None, progress=None
             before = _stats(c, s)
             c.is_server_live(headers=s.conn.headers())
             t1 = time.perf_counter()
-            c.infer(s.name, inputs, headers=s.conn.headers())
+            call(s.conn, f"the first request to {s.name}", c.infer, s.name, inputs, headers=s.conn.headers())
             first_ms = (time.perf_counter() - t1) * 1e3
             after = _stats(c, s)
             deadline = time.monotonic() + 5.0   # Triton records a request's statistics after its response
@@ -104,9 +108,18 @@ def cold(s: Served, runs: int = 3, metrics_url: str | None = None, progress=None
             steady = []
             for _ in range(STEADY_REQUESTS):
                 t = time.perf_counter()
-                c.infer(s.name, inputs, headers=s.conn.headers())
+                call(s.conn, f"a request to {s.name}", c.infer, s.name, inputs, headers=s.conn.headers())
                 steady.append((time.perf_counter() - t) * 1e3)
-            runtime = _runtime_phases(metrics_url, s.name) if metrics_url else None
+            runtime = None
+            if metrics_url:
+                try:
+                    runtime = _runtime_phases(metrics_url, s.name)
+                except ServerUnreachableError as e:
+                    if not guessed:   # a URL the user gave: its failure is theirs to see
+                        raise
+                    notes.append(f"{e} (the default: the --url's host, port 8002; give --metrics-url): "
+                                 "no runtime phases")
+                    metrics_url = None
             run = ColdRun(round(load_s, 4), round(first_ms, 3), server, round(float(np.percentile(steady, 50)), 3),
                           round(float(np.percentile(steady, 99)), 3), runtime)
             out.append(run)

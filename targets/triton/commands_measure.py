@@ -11,7 +11,7 @@ import typer
 from mcp_compiler.cli.common import Choice, DebugOpt, JsonOpt, parse_dims, reporter, run
 from mcp_compiler.errors import UsageError
 
-from .commands_common import ConnectionFlags, command, with_connection
+from .commands_common import TRITON_PORTS, ConnectionFlags, command, with_connection
 
 
 def _numbers(text: str | None, flag: str, kind: type) -> list:
@@ -45,8 +45,12 @@ def _cold(rep, target: str, remote, runs: int, metrics_url: Optional[str], input
 
     say = _progress(rep)
     with served(target, remote, inputs=inputs, dims=parse_dims(dims)) as s:
-        url = metrics_url or (f"http://{s.server.metrics_url}/metrics" if s.server is not None else None)
-        r = cold(s, runs, url, progress=lambda k, run: say(
+        url, guessed = metrics_url, False
+        if url is None and s.server is not None:
+            url = f"http://{s.server.metrics_url}/metrics"
+        elif url is None:   # as `status --metrics`: the --url's host, Triton's metrics port
+            url, guessed = f"http://{s.conn.url.rpartition(':')[0]}:{TRITON_PORTS['metrics']}/metrics", True
+        r = cold(s, runs, url, guessed=guessed, progress=lambda k, run: say(
             f"cold start {k + 1} of {runs}: READY in {run.load_s:.2f} s, first request {run.first_ms:.1f} ms"))
     rep.json({"cold": r.to_dict()})
     if json_out:
@@ -114,7 +118,8 @@ def bench(
                                     "(to READY), first request, steady state; with the runtime's load phases."),
     cold_runs: int = typer.Option(3, "--cold-runs", min=1, max=100, help="--cold: how many cold starts."),
     metrics_url: Optional[str] = typer.Option(None, "--metrics-url", help="--cold with --url: the server's "
-                                              "metrics endpoint (http://HOST:8002), for the runtime's load phases."),
+                                              "metrics endpoint, for the runtime's load phases (default: the "
+                                              "--url's host, port 8002, as `status --metrics`)."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", dir_okay=False, help="Also write the points as CSV."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --csv file."),
     prompt_words: int = typer.Option(96, "--prompt-words", min=1, max=100_000, rich_help_panel="LLM",

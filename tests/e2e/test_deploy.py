@@ -214,7 +214,10 @@ def test_bench_cold_after_deploy_loads_the_upload_back(server, entries, env):
     assert r.returncode == 0, r.stderr
     r = _cli("bench", "coldmlp", "--url", server.grpc_url, "--cold", "--cold-runs", "1", "--json", env=env)
     assert r.returncode == 0, r.stderr
-    assert len(__import__("json").loads(r.stdout)["cold"]["runs"]) == 1
+    cold = __import__("json").loads(r.stdout)["cold"]
+    assert len(cold["runs"]) == 1
+    # no --metrics-url: the --url's host, port 8002, as `status --metrics` (read, or a note that it was not)
+    assert not any("no metrics URL" in n for n in cold["notes"]), cold["notes"]
     st = _cli("status", "--url", server.grpc_url, "--json", env=env)
     assert any(m["name"] == "coldmlp" and m["state"] == "READY" for m in __import__("json").loads(st.stdout)["models"])
 
