@@ -10,6 +10,7 @@ import typer
 
 from mcp_compiler.cli.common import Choice, DebugOpt, JsonOpt, parse_dims, reporter, run
 from mcp_compiler.errors import UsageError
+from mcp_compiler.report import one_line
 
 from .commands_common import TRITON_PORTS, ConnectionFlags, command, with_connection
 
@@ -424,6 +425,8 @@ def tune(
         if plot_path is not None:
             plot(r, plot_path)
         rep.json(r.to_dict())
+        for n in r.notes:   # (why a stage was not searched, why it stopped): on stderr too, not only the report
+            rep.err.print(f"note: {one_line(n)}", markup=False)
         if not json_out:
             _tuned(rep, r, apply_best)
         if r.best is None:

@@ -127,7 +127,9 @@ def test_tune_slo_not_met_and_bad_budget(entry, tmp_path):
     r = _cli("tune", str(entry), "--slo-p99-ms", "0.001", "--concurrency", "2", "--budget-s", "12",
              "--window-s", "0.3", "--report", str(tmp_path / "r.json"))
     assert r.returncode == 1 and "no trial met p99 <= 0.001 ms" in r.stderr and "best p99 seen" in r.stderr
-    assert json.loads((tmp_path / "r.json").read_text())["best"] is None
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["best"] is None
+    assert all(f"note: {n}" in r.stderr for n in rep["notes"]), (rep["notes"], r.stderr)   # not only the report
     r = _cli("tune", str(entry), "--slo-p99-ms", "5", "--budget-s", "1")
     assert r.returncode == 2 and "too small for one trial" in r.stderr
 
@@ -216,5 +218,7 @@ def test_tune_searches_the_execution_and_measures_each_kept_one(tmp_path):
              "--budget-s", "900", "--window-s", "0.3", "--report", str(report))
     assert r.returncode == 0, r.stderr
     assert "profiling the executions" in r.stderr
-    executions = [t["config"]["execution"] for t in json.loads(report.read_text())["trials"]]
+    rep = json.loads(report.read_text())
+    assert all(f"note: {n}" in r.stderr for n in rep["notes"]), (rep["notes"], r.stderr)
+    executions = [t["config"]["execution"] for t in rep["trials"]]
     assert executions[0] == "onnxruntime/f32" and any(x.startswith("openvino/") for x in executions), executions
