@@ -395,6 +395,15 @@ def deploy(
                                        help="The Prometheus the rollout's analysis queries."),
     step_pause: str = typer.Option("5m", "--step-pause", rich_help_panel="Kubernetes (KServe)",
                                    help="The pause after each canary step but the last (30s, 5m, 1h)."),
+    analysis_min_requests: int = typer.Option(50, "--analysis-min-requests", rich_help_panel="Kubernetes (KServe)",
+                                              help="With --canary-steps: fewer canary requests in 5 minutes make a "
+                                              "measurement inconclusive (the rollout pauses), not a pass."),
+    analysis_failure_limit: int = typer.Option(1, "--analysis-failure-limit", rich_help_panel="Kubernetes (KServe)",
+                                               help="With --canary-steps: failed measurements allowed before the "
+                                               "rollout is aborted."),
+    analysis_count: Optional[int] = typer.Option(None, "--analysis-count", rich_help_panel="Kubernetes (KServe)",
+                                                 help="With --canary-steps: measurements in all (default: one a "
+                                                 "minute until the rollout ends)."),
     kube_version: str = typer.Option("1.30", "--kube-version", metavar="1.N", rich_help_panel="Kubernetes (KServe)",
                                      help="The cluster's Kubernetes release: the manifests are validated against its "
                                      "schemas (1.25 or newer)."),
@@ -438,6 +447,8 @@ def deploy(
                                 promote=promote, tune_report=from_tune, image=image, service_account=service_account,
                                 canary_steps=percent_list(canary_steps), max_p99_ms=max_p99_ms,
                                 prometheus_url=prometheus_url, step_pause=step_pause, kube_version=kube_version,
+                                analysis_min_requests=analysis_min_requests,
+                                analysis_failure_limit=analysis_failure_limit, analysis_count=analysis_count,
                                 model_version=model_version if model_version is not None else version))
         k8s_only = [f for f, v in (("--storage-uri", storage_uri), ("--canary-percent", canary_percent),
                                    ("--from-tune", from_tune), ("--image", image), ("--apply", apply),

@@ -70,6 +70,9 @@ class KServeRequest:
     max_p99_ms: float | None = None       # its AnalysisTemplate aborts the rollout above this p99
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     step_pause: str = "5m"                # the pause after each step but the last
+    analysis_min_requests: int = 50       # fewer canary requests in the window: inconclusive, not judged
+    analysis_failure_limit: int = 1       # failed measurements the analysis allows before it aborts
+    analysis_count: int | None = None     # measurements in all (None: until the rollout ends)
     kube_version: str = KUBERNETES_VERSION  # the cluster's release: what the manifests are validated against
 
 
@@ -147,8 +150,22 @@ def _check_request(req: KServeRequest) -> None:
         from .metrics import http_url
 
         req.prometheus_url = http_url(req.prometheus_url, "--prometheus-url")   # as checked: stripped
+        for flag, v, lo, hi in (("--analysis-min-requests", req.analysis_min_requests, 1, 10**9),
+                                ("--analysis-failure-limit", req.analysis_failure_limit, 0, 1000),
+                                ("--analysis-count", req.analysis_count, 1, 100_000)):
+            if v is not None and not lo <= v <= hi:
+                raise UsageError(f"{flag} {v}: between {lo} and {hi:,}")
+        replicas = canary_replicas(req.canary_steps)
+        if replicas > MAX_CANARY_PODS:
+            raise UsageError(f"--canary-steps {','.join(map(str, req.canary_steps))}: without a traffic router Argo "
+                             f"splits traffic by pods, and these weights need {replicas} replicas (more than the "
+                             f"{MAX_CANARY_PODS} a rollout here may take); give weights that fewer pods reach, "
+                             f"e.g. {_reachable_example(10)} (10 pods) or {_reachable_example(4)} (4)")
     elif req.max_p99_ms is not None:
         raise UsageError("--max-p99-ms goes with --canary-steps (the rollout it checks)")
+    elif (req.analysis_min_requests, req.analysis_failure_limit, req.analysis_count) != (50, 1, None):
+        raise UsageError("--analysis-min-requests, --analysis-failure-limit and --analysis-count go with "
+                         "--canary-steps (the rollout's analysis)")
     if req.min_replicas < 0 or req.max_replicas < 1 or req.min_replicas > req.max_replicas:
         raise UsageError(f"--min-replicas {req.min_replicas} / --max-replicas {req.max_replicas}: need "
                          "0 <= min <= max and max >= 1")
@@ -349,18 +366,46 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
                                          identity, shm)}
     if req.canary_steps:
         files["rollout/rollout.yaml"] = _rollout(files["plain/triton.yaml"][0], svc, model, req)
+        pods = files["rollout/rollout.yaml"][0]["spec"]["replicas"]
         notes.append(f"rollout: an Argo Rollouts canary of the plain Deployment ({', '.join(f'{w}%' for w in req.canary_steps)}, "
-                     f"{req.step_pause} between steps), aborted when a pod's p99 passes {req.max_p99_ms:g} ms in "
-                     f"{req.prometheus_url} (Triton's metrics port 8002 must be scraped); apply it instead of "
-                     "plain/triton.yaml's Deployment")
+                     f"{req.step_pause} between steps, {pods} replicas so that each weight is whole pods), aborted "
+                     f"when the canary pods' p99 passes {req.max_p99_ms:g} ms in {req.prometheus_url} (fewer than "
+                     f"{req.analysis_min_requests} canary requests in 5 min: inconclusive, the rollout pauses; "
+                     "Prometheus must scrape port 8002 and keep the pod label rollouts-pod-template-hash); apply it "
+                     "instead of plain/triton.yaml's Deployment")
     validate(files, kube_version(req.kube_version))
     return Manifests(files, svc, model, {k: v for k, v in res.items()}, scaling, notes, dockerfile)
 
 
+def canary_replicas(steps: list[int]) -> int:
+    """The fewest pods at which every weight is a whole number of them: without a traffic router,
+    Argo Rollouts splits traffic by pods (it rounds a weight to whole canary pods, so setWeight 10
+    of 1 replica is in effect 100%, of 2 about 50%)."""
+    import math
+
+    need = 1
+    for w in steps:
+        need = math.lcm(need, 100 // math.gcd(w, 100))
+    return need
+
+
+def _reachable_example(most: int) -> str:
+    """Weights `most` pods can reach: steps of the largest divisor of 100 not above it."""
+    pods = max(p for p in (1, 2, 4, 5, 10, 20, 25, 50, 100) if p <= max(most, 1))
+    return ",".join([str(100 * k // pods) for k in range(1, min(pods, 3))] + ["100"])
+
+
+MAX_CANARY_PODS = 20          # the most replicas a rollout's weights may need
+CANARY_HASH = "canary-hash"   # the AnalysisTemplate's argument: the canary pods' rollouts-pod-template-hash
+
+
 def _rollout(deployment: dict, svc: str, model: str, req: KServeRequest) -> list[dict]:
     """The plain Deployment as an Argo Rollouts canary (steps of setWeight with pauses) and the
-    AnalysisTemplate it runs in the background: Triton's p99 summary per model from Prometheus
-    against --max-p99-ms, the rollout aborted (back to stable) past it."""
+    AnalysisTemplate it runs in the background: Triton's p99 summary of the canary's pods only
+    (their rollouts-pod-template-hash, the template's argument) from Prometheus against
+    --max-p99-ms, the rollout aborted (back to stable) past it; fewer requests than
+    --analysis-min-requests in the window is inconclusive (the rollout pauses), not a pass.
+    Replicas: the fewest at which each weight is whole pods (canary_replicas)."""
     import copy
 
     template = copy.deepcopy(deployment["spec"]["template"])
@@ -373,17 +418,29 @@ def _rollout(deployment: dict, svc: str, model: str, req: KServeRequest) -> list
             steps.append({"pause": {"duration": req.step_pause}})
     analysis_name = f"{svc}-p99"
     meta = {k: v for k, v in deployment["metadata"].items()}
+    replicas = max(deployment["spec"]["replicas"], canary_replicas(req.canary_steps or [100]))
     rollout = {"apiVersion": ARGO_API, "kind": "Rollout", "metadata": meta,
-               "spec": {"replicas": deployment["spec"]["replicas"], "selector": deployment["spec"]["selector"],
+               "spec": {"replicas": replicas, "selector": deployment["spec"]["selector"],
                         "template": template,
-                        "strategy": {"canary": {"steps": steps,
-                                                "analysis": {"templates": [{"templateName": analysis_name}]}}}}}
-    query = f'max(nv_inference_request_summary_us{{model="{model}",quantile="0.99"}}) / 1000'
+                        "strategy": {"canary": {"steps": steps, "analysis": {
+                            "templates": [{"templateName": analysis_name}],
+                            "args": [{"name": CANARY_HASH, "valueFrom": {"podTemplateHashValue": "Latest"}}]}}}}}
+    # the canary's pods only (Prometheus keeps the pod label rollouts-pod-template-hash as
+    # rollouts_pod_template_hash, the usual labelmap of a pod scrape), and only with enough requests
+    pods = f'model="{model}",rollouts_pod_template_hash="{{{{args.{CANARY_HASH}}}}}"'
+    query = (f'(max(nv_inference_request_summary_us{{{pods},quantile="0.99"}}) / 1000) and on() '
+             f'(sum(increase(nv_inference_request_success{{{pods}}}[5m])) >= {req.analysis_min_requests})')
+    bound = f"{req.max_p99_ms:g}"
+    metric = {"name": "p99-latency-ms", "interval": "1m", "failureLimit": req.analysis_failure_limit,
+              # no data (too few requests): neither condition holds, so the measurement is inconclusive
+              "successCondition": f"len(result) > 0 && result[0] <= {bound}",
+              "failureCondition": f"len(result) > 0 && result[0] > {bound}",
+              "provider": {"prometheus": {"address": req.prometheus_url, "query": query}}}
+    if req.analysis_count is not None:
+        metric["count"] = req.analysis_count
     analysis = {"apiVersion": ARGO_API, "kind": "AnalysisTemplate",
                 "metadata": {"name": analysis_name, "namespace": req.namespace, "labels": meta["labels"]},
-                "spec": {"metrics": [{"name": "p99-latency-ms", "interval": "1m", "failureLimit": 1,
-                                      "successCondition": f"result[0] <= {req.max_p99_ms:g}",
-                                      "provider": {"prometheus": {"address": req.prometheus_url, "query": query}}}]}}
+                "spec": {"args": [{"name": CANARY_HASH}], "metrics": [metric]}}
     return [rollout, analysis]
 
 

@@ -452,10 +452,13 @@ def test_a_latency_checked_canary_is_an_argo_rollout_with_its_analysis(entries, 
     assert rollout["spec"]["strategy"]["canary"]["analysis"]["templates"] == [{"templateName": "mlp-p99"}]
     container = rollout["spec"]["template"]["spec"]["containers"][0]
     assert "--metrics-config=summary_latencies=true" in container["args"]   # what the query reads
+    # issue 61: 1 replica made setWeight 10 about 100% (Argo rounds to whole pods); 10 make 10% and 30% exact
+    assert rollout["spec"]["replicas"] == 10
     m = analysis["spec"]["metrics"][0]
     assert analysis["kind"] == "AnalysisTemplate" and analysis["metadata"]["name"] == "mlp-p99"
-    assert m["successCondition"] == "result[0] <= 50"
-    assert m["provider"]["prometheus"]["query"] == 'max(nv_inference_request_summary_us{model="mlp",quantile="0.99"}) / 1000'
+    # no data (too few canary requests) passes neither condition: inconclusive, the rollout pauses
+    assert m["successCondition"] == "len(result) > 0 && result[0] <= 50"
+    assert m["failureCondition"] == "len(result) > 0 && result[0] > 50" and m["failureLimit"] == 1 and "count" not in m
     assert any(n.startswith("rollout:") for n in out["notes"])
     for bad, text in ((["--canary-steps", "10,30"], "end at 100"), (["--canary-steps", "30,10,100"], "rising"),
                       (["--canary-steps", "10,100"], "needs --max-p99-ms"), (["--max-p99-ms", "5"], "goes with"),
@@ -608,3 +611,47 @@ def test_the_manifests_are_validated_against_the_kube_version_given(entries, tmp
 def test_kube_version_goes_with_kserve(entries):
     r = runner.invoke(app, ["deploy", str(entries / "repo" / "mlp"), "--url", "http://127.0.0.1:1", "--kube-version", "1.28"])
     assert r.exit_code == 2 and "--kube-version goes with --kserve" in r.output, r.output
+
+
+def test_the_rollouts_analysis_sees_only_the_canary_pods(entries, tmp_path):
+    """Issue 61: the p99 query covered the stable pods too, so a bad canary was averaged away. The
+    Rollout hands the canary's pod-template hash to the template, whose query selects by it, and
+    counts the canary's requests (too few: no result)."""
+    r, _ = _kserve(entries / "repo" / "mlp", tmp_path / "m", *ROLL, "--analysis-min-requests", "200",
+                   "--analysis-failure-limit", "2", "--analysis-count", "30")
+    assert r.exit_code == 0, r.output
+    rollout, analysis = yaml.safe_load_all((tmp_path / "m" / "rollout" / "rollout.yaml").read_text())
+    args = rollout["spec"]["strategy"]["canary"]["analysis"]["args"]
+    assert args == [{"name": "canary-hash", "valueFrom": {"podTemplateHashValue": "Latest"}}]
+    assert analysis["spec"]["args"] == [{"name": "canary-hash"}]
+    m = analysis["spec"]["metrics"][0]
+    q = m["provider"]["prometheus"]["query"]
+    canary = 'rollouts_pod_template_hash="{{args.canary-hash}}"'
+    # every selector of the query names the canary's hash: a series of a stable pod matches none
+    selectors = re.findall(r"\{([^{}]*(?:\{\{[^}]*\}\}[^{}]*)*)\}", q)
+    assert selectors and all(canary in sel for sel in selectors), q
+    assert "nv_inference_request_summary_us" in q and ">= 200" in q and "nv_inference_request_success" in q
+    assert m["failureLimit"] == 2 and m["count"] == 30
+
+
+@pytest.mark.parametrize("steps, pods", [("10,30,100", 10), ("25,50,100", 4), ("50,100", 2), ("20,100", 5),
+                                         ("100", 1)])
+def test_the_rollouts_replicas_make_each_weight_whole_pods(entries, tmp_path, steps, pods):
+    r, _ = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--canary-steps", steps, "--max-p99-ms", "50")
+    assert r.exit_code == 0, r.output
+    rollout = next(yaml.safe_load_all((tmp_path / "m" / "rollout" / "rollout.yaml").read_text()))
+    n = rollout["spec"]["replicas"]
+    assert n == pods and all(w * n % 100 == 0 for w in map(int, steps.split(",")))
+
+
+@pytest.mark.parametrize("extra, text", [(["--canary-steps", "1,100"], "need 100 replicas"),
+                                         (["--canary-steps", "3,100"], "need 100 replicas"),
+                                         ([*ROLL, "--analysis-min-requests", "0"], "--analysis-min-requests 0"),
+                                         ([*ROLL, "--analysis-count", "0"], "--analysis-count 0"),
+                                         (["--analysis-count", "3"], "go with --canary-steps")])
+def test_rollout_weights_no_pods_reach_and_bad_analysis_flags_are_refused(entries, tmp_path, extra, text):
+    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", *extra, *(["--max-p99-ms", "50"] if
+                                                                         extra[0] == "--canary-steps" else []))
+    message = out["error"]["message"] if out else r.output
+    assert r.exit_code == 2 and text in message, r.output
+    assert not (tmp_path / "m").exists()
