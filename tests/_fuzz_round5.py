@@ -8,7 +8,8 @@
   huge, NaN, wrong types; only the documented errors (UsageError, InvalidModelError) may come out.
 - tls: PEM files (real ones, then cut, flipped, swapped, relabelled, encrypted, expired); only
   UsageError from the checks, and a pair that passes must be a real matching pair.
-- argo: deploy --kserve's rollout options (steps, p99, pause, Prometheus URL, canary percent);
+- argo: deploy --kserve's rollout options (steps, p99, pause, Prometheus URL, canary percent,
+  the analysis' bounds, --kube-version); the weights that pass are whole pods of the Rollout;
   only UsageError, and what passes is written as checked (no control characters or braces).
 
 A run passes when nothing else is raised, nothing is written outside DIR and no run hangs (each
@@ -161,9 +162,10 @@ class Tls:
 
 def _argo(rng: random.Random) -> None:
     from mcp_compiler.errors import UsageError
-    from mcp_compiler.targets.triton.kserve import KServeRequest, _check_request
+    from mcp_compiler.targets.triton.kserve import MAX_CANARY_PODS, KServeRequest, _check_request, canary_replicas
 
-    steps = rng.choice([[10, 30, 100], [100], [0, 100], [50, 30, 100], [10, 30], [], [10, 10, 100], [1, 2, 3, 100]])
+    steps = rng.choice([[10, 30, 100], [100], [0, 100], [50, 30, 100], [10, 30], [], [10, 10, 100], [1, 2, 3, 100],
+                        [3, 100], [25, 50, 100], [20, 40, 100], [33, 100]])
     req = KServeRequest(
         storage_uri=rng.choice(["s3://b/repo", "s3://", "pvc://c/../x", "gs://b/r\n"]),
         canary_steps=steps if rng.random() < 0.9 else None,
@@ -171,13 +173,19 @@ def _argo(rng: random.Random) -> None:
         prometheus_url=rng.choice(["http://p:9090", " http://p:9090\n", "http://p/{{args.x}}", "p:9090", "ftp://p",
                                    "http://" + "p" * 5000, "http://u:pw@p:1", "http://p:99999", "http://p:1/\x01", ""]),
         step_pause=rng.choice(["5m", "30s", "99999h", "25h", "24h", "0s", "1d", "", "5m\n", "٣m"]),
-        canary_percent=rng.choice([None, None, 10, 0, 100, -5]))
+        canary_percent=rng.choice([None, None, 10, 0, 100, -5]),
+        analysis_min_requests=rng.choice([50, 50, 0, -1, 1, 10**10]),
+        analysis_failure_limit=rng.choice([1, 1, 0, -1, 1001]), analysis_count=rng.choice([None, None, 0, 1, 100_001]),
+        kube_version=rng.choice(["1.30.0", "1.30", "1.20", "v1.28.3", "1.x", "", "1.99", "1.25\n", "1.3" + "0" * 50]))
     try:
         _check_request(req)
     except UsageError:
         return
     if req.canary_steps is None:   # (no rollout: the URL is not used, nor written)
         return
+    pods = canary_replicas(req.canary_steps)
+    if pods > MAX_CANARY_PODS or any(w * pods % 100 for w in req.canary_steps):
+        raise AssertionError(f"--canary-steps {req.canary_steps} passed with weights {pods} pods do not reach")
     url = req.prometheus_url
     bad = [c for c in url if ord(c) < 33 or c in "{}\"'\\<>`"]
     if bad or len(url) > 2048 or url != url.strip():
