@@ -85,10 +85,25 @@ class Manifests:
     scaling: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     dockerfile: str | None = None
+    storage_uri: str = ""                 # this revision's own repository folder (revision_uri)
 
     def to_dict(self) -> dict:
         return {"service": self.service_name, "model": self.model_name, "files": sorted(self.files),
-                "resources": self.resources, "scaling": self.scaling, "notes": self.notes}
+                "resources": self.resources, "scaling": self.scaling, "notes": self.notes,
+                "storage_uri": self.storage_uri}
+
+
+VERSION_FIELD = "{version}"
+
+
+def revision_uri(uri: str, revision: str) -> str:
+    """The storage a revision reads, its own and immutable: `{version}` in --storage-uri replaced by
+    the revision (the model version and the entry's content hash), or the revision appended as a
+    folder. A canary's pods and the stable ones never share a path: a stable pod that restarts
+    during a canary (an eviction, a drained node) loads its own files, not the canary's."""
+    if VERSION_FIELD in uri:
+        return uri.replace(VERSION_FIELD, revision)
+    return uri.rstrip("/") + "/" + revision
 
 
 def service_name(name: str) -> str:
@@ -116,6 +131,9 @@ def _check_request(req: KServeRequest) -> None:
         raise UsageError(f"--storage-uri {req.storage_uri!r}: expected the model repository's folder as "
                          f"{', '.join(s + '...' for s in STORAGE_SCHEMES[:3])} (KServe downloads it)")
     rest = req.storage_uri.split("://", 1)[1]
+    if any(c in rest.replace(VERSION_FIELD, "") for c in "{}"):
+        raise UsageError(f"--storage-uri {req.storage_uri!r}: braces only as {VERSION_FIELD} (where the revision's "
+                         "folder goes)")
     if not rest.strip("/") or any(seg in (".", "..") for seg in rest.split("/")) or \
             not rest.isascii() or any(ord(c) < 33 or ord(c) == 127 for c in rest):
         raise UsageError(f"--storage-uri {req.storage_uri!r}: expected a bucket or claim and a folder, with no "
@@ -319,6 +337,10 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
                    "mcp-cli/scaling-source": scaling["source"], "serving.kserve.io/deploymentMode": "Serverless"}
     # the entry's identity, deploy's content hash: a changed entry is a new revision, a rolled Deployment
     identity = {"mcp-cli/entry-sha256": entry_sha256(cfg, model, files), "mcp-cli/model-version": str(version)}
+    storage = revision_uri(req.storage_uri, f"v{version}-{identity['mcp-cli/entry-sha256'][:12]}")
+    notes.append(f"upload the repository (the folder holding {model}/) to {storage}: this revision reads that "
+                 "folder only, and a changed entry gets another (e.g. aws s3 sync model_repository " + storage
+                 + "/ ; gsutil -m rsync -r; a pvc: copy it into the claim)")
     shm = None
     if backend == "python":
         shm_mib = SHM_BASE_MIB + SHM_INSTANCE_MIB * res["instances"]
@@ -332,7 +354,7 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
             "modelFormat": {"name": "triton"},
             "protocolVersion": "v2",
             "runtimeVersion": TRITON_RUNTIME_VERSION,
-            "storageUri": req.storage_uri,
+            "storageUri": storage,
             "args": ["--model-control-mode=explicit", f"--load-model={model}", "--strict-readiness=true"],
             "resources": res["resources"],
             # KServe's Triton runtime serves HTTP on 8080 (its --http-port), not Triton's 8000
@@ -363,7 +385,7 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
                      "concurrency target measured on this model")
     files = {"inferenceservice.yaml": [isvc],
              "plain/triton.yaml": _plain(svc, model, req, res["resources"], image or TRITON_IMAGE, labels, annotations,
-                                         identity, shm)}
+                                         identity, shm, storage)}
     if req.canary_steps:
         files["rollout/rollout.yaml"] = _rollout(files["plain/triton.yaml"][0], svc, model, req)
         pods = files["rollout/rollout.yaml"][0]["spec"]["replicas"]
@@ -374,7 +396,7 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
                      "Prometheus must scrape port 8002 and keep the pod label rollouts-pod-template-hash); apply it "
                      "instead of plain/triton.yaml's Deployment")
     validate(files, kube_version(req.kube_version))
-    return Manifests(files, svc, model, {k: v for k, v in res.items()}, scaling, notes, dockerfile)
+    return Manifests(files, svc, model, {k: v for k, v in res.items()}, scaling, notes, dockerfile, storage)
 
 
 def canary_replicas(steps: list[int]) -> int:
@@ -445,10 +467,10 @@ def _rollout(deployment: dict, svc: str, model: str, req: KServeRequest) -> list
 
 
 def _plain(svc: str, model: str, req: KServeRequest, resources: dict, image: str, labels: dict,
-           annotations: dict, identity: dict, shm: tuple[dict, dict] | None) -> list[dict]:
+           annotations: dict, identity: dict, shm: tuple[dict, dict] | None, storage: str) -> list[dict]:
     """Deployment + Service + HPA running the same Triton on the same repository, for clusters
     without KServe: Triton reads s3:// and gs:// repositories itself; pvc:// is mounted."""
-    repo, volumes, mounts = req.storage_uri, [], []
+    repo, volumes, mounts = storage, [], []
     if repo.startswith("pvc://"):
         claim, _, sub = repo[len("pvc://"):].partition("/")
         volumes = [{"name": "models", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}]

@@ -57,6 +57,7 @@ def test_manifests_of_real_models_match_golden(name, tmp_path, request):
     for rel in ("inferenceservice.yaml", "plain/triton.yaml", "Dockerfile"):
         # the entry's content hash changes with the runtime's code: checked in its own test, not kept
         got = re.sub(r"(mcp-cli/entry-sha256: )[0-9a-f]{64}", r"\1SHA256", (tmp_path / "m" / rel).read_text())
+        got = re.sub(r"(/v\d+-)[0-9a-f]{12}\b", r"\1SHA12", got)   # the revision's folder: the same hash
         if rel == "Dockerfile":   # its pins are checked against the package index in their own test
             assert got.startswith("# ") and "FROM nvcr.io/nvidia/tritonserver:24.10-py3" in got
             continue
@@ -67,7 +68,9 @@ def test_manifests_of_real_models_match_golden(name, tmp_path, request):
     isvc = _isvc(tmp_path / "m")
     p = isvc["spec"]["predictor"]
     assert p["minReplicas"] == 1 and p["maxReplicas"] == 4
-    assert p["model"]["modelFormat"] == {"name": "triton"} and p["model"]["storageUri"] == "s3://models/repo"
+    assert p["model"]["modelFormat"] == {"name": "triton"}
+    sha = p["annotations"]["mcp-cli/entry-sha256"]
+    assert p["model"]["storageUri"] == f"s3://models/repo/v1-{sha[:12]}" == out["storage_uri"]
     assert p["model"]["readinessProbe"]["httpGet"]["path"] == f"/v2/models/{name}/ready"
     kinds = [d["kind"] for d in yaml.safe_load_all((tmp_path / "m" / "plain" / "triton.yaml").read_text())]
     assert kinds == ["Deployment", "Service", "HorizontalPodAutoscaler"]
@@ -655,3 +658,35 @@ def test_rollout_weights_no_pods_reach_and_bad_analysis_flags_are_refused(entrie
     message = out["error"]["message"] if out else r.output
     assert r.exit_code == 2 and text in message, r.output
     assert not (tmp_path / "m").exists()
+
+
+def test_a_stable_pod_never_reads_the_canarys_storage(entries, tmp_path):
+    """Issue 61: both revisions read the same storage path, so a stable pod that restarted during
+    a canary loaded the new model. Each revision now reads its own folder (the model version and
+    the entry's content hash), the InferenceService's and the plain Deployment's alike; a
+    `{version}` field in --storage-uri says where it goes."""
+    import shutil
+
+    v1 = entries / "repo" / "mlp"
+    changed = tmp_path / "repo2" / "mlp"
+    shutil.copytree(v1, changed)
+    cfg = changed / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("max_batch_size: 8", "max_batch_size: 4"))
+    uris = {}
+    for tag, entry, extra in (("stable", v1, []), ("canary", changed, ["--canary-percent", "10"])):
+        r, out = _kserve(entry, tmp_path / tag, *extra)
+        assert r.exit_code == 0, r.output
+        isvc = _isvc(tmp_path / tag)["spec"]["predictor"]
+        dep = next(yaml.safe_load_all((tmp_path / tag / "plain" / "triton.yaml").read_text()))
+        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        uris[tag] = isvc["model"]["storageUri"]
+        assert f"--model-repository={uris[tag]}" in args and out["storage_uri"] == uris[tag]
+        assert any(f"upload the repository (the folder holding mlp/) to {uris[tag]}" in n for n in out["notes"])
+    stable, canary = uris["stable"], uris["canary"]
+    # neither folder holds the other: what a stable pod resolves never reaches the canary's files
+    assert stable != canary and not canary.startswith(stable + "/") and not stable.startswith(canary + "/")
+    r, out = _kserve(v1, tmp_path / "f", "--storage-uri", "gs://b/{version}/repository")
+    assert r.exit_code == 0 and re.fullmatch(r"gs://b/v1-[0-9a-f]{12}/repository", _isvc(tmp_path / "f")["spec"][
+        "predictor"]["model"]["storageUri"]), r.output
+    r, out = _kserve(v1, tmp_path / "g", "--storage-uri", "s3://b/{sha}/r")
+    assert r.exit_code == 2 and "braces only as {version}" in out["error"]["message"], r.output
