@@ -167,7 +167,8 @@ def _argo(rng: random.Random) -> None:
     steps = rng.choice([[10, 30, 100], [100], [0, 100], [50, 30, 100], [10, 30], [], [10, 10, 100], [1, 2, 3, 100],
                         [3, 100], [25, 50, 100], [20, 40, 100], [33, 100]])
     req = KServeRequest(
-        storage_uri=rng.choice(["s3://b/repo", "s3://", "pvc://c/../x", "gs://b/r\n"]),
+        storage_uri=rng.choice(["s3://b/repo", "s3://", "pvc://c/../x", "gs://b/r\n", "s3://b/{version}/r",
+                                "s3://b/{x}/r", "gs://b/{version", "s3://b/{{version}}"]),
         canary_steps=steps if rng.random() < 0.9 else None,
         max_p99_ms=rng.choice([None, 50.0, 0.0, -1.0, 1e-300, 1e300, float("nan"), float("inf"), 0.1, 1e6]),
         prometheus_url=rng.choice(["http://p:9090", " http://p:9090\n", "http://p/{{args.x}}", "p:9090", "ftp://p",
@@ -181,6 +182,10 @@ def _argo(rng: random.Random) -> None:
         _check_request(req)
     except UsageError:
         return
+    from mcp_compiler.targets.triton.kserve import revision_uri
+
+    if any(c in revision_uri(req.storage_uri, "v1-0123456789ab") for c in "{}"):
+        raise AssertionError(f"--storage-uri {req.storage_uri!r} passed with braces left in it")
     if req.canary_steps is None:   # (no rollout: the URL is not used, nor written)
         return
     pods = canary_replicas(req.canary_steps)
