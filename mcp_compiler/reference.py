@@ -20,6 +20,7 @@ class OutputCheck:
     ok: bool
     exercised: bool = True      # False: within atol of zero, or constant, on every sample
     nonfinite: bool = False     # the original gave only NaN/Inf here on every sample
+    shape: str = ""             # where the entry's shape is not the original's: both, said (not "max abs inf")
 
 
 @dataclass
@@ -66,6 +67,11 @@ class VerifyReport:
                 f"{nan[0].name!r} on every sample; nothing can be compared: give inputs it accepts "
                 "with --inputs")
         bad = [o for o in self.outputs if not o.ok]
+        wrong = [o for o in bad if o.shape]
+        if wrong:
+            raise VerificationError(
+                f"{self.repository}: output {wrong[0].name!r} has shape {wrong[0].shape}: not the entry of this "
+                "model? (verify ORIGINAL.onnx DIR/NAME compares an entry with the model it was converted from)")
         if bad and self.budget:
             o = min(bad, key=lambda x: x.cosine)
             raise VerificationError(
@@ -278,6 +284,7 @@ def _compare_all(report: VerifyReport, run, feeds: list[dict], names: list[str],
     """Fill report.outputs; returns the emitted outputs (in the original's layout), per sample."""
     nhwc = {k for k, v in report.layouts.items() if v == "NHWC"}
     stats: dict[str, list] = {}
+    shapes: dict[str, str] = {}
     outs = []
     for sample, want in zip(feeds, wants):
         got = run({k: np.ascontiguousarray(v.transpose(0, 2, 3, 1)) if k in nhwc else v for k, v in sample.items()})
@@ -285,12 +292,14 @@ def _compare_all(report: VerifyReport, run, feeds: list[dict], names: list[str],
         outs.append(got)
         for name, a, b in zip(names, want, got):
             stats.setdefault(name, []).append(compare(a, b, report.rtol, report.atol))
+            if np.shape(a) != np.shape(b) and name not in shapes:
+                shapes[name] = f"{list(np.shape(b))} where the original's is {list(np.shape(a))}"
     for name, rows in stats.items():
         # a quantized model or another precision: the budget, not float32 tolerances (worst sample)
         ok = all(_row_ok(report, r) for r in rows)
         report.outputs.append(OutputCheck(
             name, max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
-            ok, exercised=any(r[4] for r in rows), nonfinite=all(r[5] for r in rows)))
+            ok, exercised=any(r[4] for r in rows), nonfinite=all(r[5] for r in rows), shape=shapes.get(name, "")))
     return outs
 
 

@@ -265,6 +265,9 @@ class Reporter:
             state = "ok" if o.ok else "FAILED"
             if o.ok and not o.exercised:
                 state = "ok, NOT EXERCISED (within atol of zero or constant on every sample: give --inputs)"
+            if getattr(o, "shape", ""):
+                self.out.print(f"  {o.name}: shape {o.shape}  FAILED", markup=False)
+                continue
             self.out.print(f"  {o.name}: max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g}, "
                            f"cosine {o.cosine:.6f}  {state}", markup=False)
         for w in getattr(r, "warnings", None) or ():

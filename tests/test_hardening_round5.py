@@ -298,3 +298,24 @@ def test_a_repository_is_not_written_inside_a_model_entry(tmp_path):
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and f"give its repository ({repo})" in lines[0], r.stderr
         assert sorted(str(p) for p in repo.rglob("*")) == before
+
+
+def test_verifying_another_models_entry_names_the_shape(tmp_path):
+    """Issue 60: verifying a model against another model's entry (same input and output names)
+    read `max abs inf, cosine 0`; the output's shape is not the original's: said so, exit 1."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    W = numpy_helper.from_array(np.ones((16, 7), np.float32), "W")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 7])], [W])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "other.onnx")
+    r = subprocess.run([*CLI, "convert", str(tmp_path / "other.onnx"), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
+                        "--name", "other"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([*CLI, "verify", str(GOLDEN / "mlp" / "model.onnx"), str(tmp_path / "repo" / "other")],
+                       capture_output=True, text=True, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and "has shape [2, 7] where the original's is [2, 10]" in lines[0], r.stderr
+    assert "y: shape [2, 7] where the original's is [2, 10]  FAILED" in r.stdout
