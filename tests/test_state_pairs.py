@@ -167,3 +167,29 @@ def test_growing_kv_state_on_the_server_with_a_bound(tmp_path):
     with pytest.raises(ValueError, match="past max_state_length 2"):
         t.step(step, x, ["y"], 9, False, False)
     assert 9 not in t.table
+
+
+def test_an_openvino_entrys_sequence_check_runs_on_openvino(tmp_path, monkeypatch):
+    """Issue 60: a stateful entry's sequence check ran on onnxruntime even for an OpenVINO entry (the
+    single requests ran on OpenVINO, the steps through the state table did not)."""
+    pytest.importorskip("openvino", reason="openvino not installed (pip install -e '.[openvino]')")
+    from typer.testing import CliRunner
+
+    from mcp_compiler.cli import app
+
+    engines = []
+    import mcp_compiler.targets.triton.verify as V
+
+    real = V._runtime_model
+
+    def spy(rt, vdir, **kw):
+        engines.append(kw.get("engine", "onnxruntime"))
+        return real(rt, vdir, **kw)
+    monkeypatch.setattr(V, "_runtime_model", spy)
+    src = _caches(tmp_path)
+    r = CliRunner().invoke(app, ["convert", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "r"), "--name", "a",
+                                 "--runtime", "openvino", "--precision", "f32", "--verify", "--json"])
+    assert r.exit_code == 0, r.output
+    v = json_of(r.output)["verification"]
+    assert v["execution"] == "openvino/f32" and v["sequence"]["execution"] == "openvino/f32" and v["ok"], v
+    assert engines and set(engines) == {"openvino"}, engines
