@@ -319,3 +319,20 @@ def test_verifying_another_models_entry_names_the_shape(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 1 and len(lines) == 1 and "has shape [2, 7] where the original's is [2, 10]" in lines[0], r.stderr
     assert "y: shape [2, 7] where the original's is [2, 10]  FAILED" in r.stdout
+
+
+def test_inspect_of_a_folder_and_the_targets_list(tmp_path):
+    """Issue 60: `inspect DIR` said only "is a directory"; an entry is now inspected as its newest
+    version's model, a repository names its entries; `targets` printed an empty "commands: "."""
+    model = str(GOLDEN / "mlp" / "model.onnx")
+    r = subprocess.run([*CLI, "convert", model, "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--name", "mlp"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([*CLI, "inspect", str(tmp_path / "repo" / "mlp"), "--json"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"], r.stderr
+    r = subprocess.run([*CLI, "inspect", str(tmp_path / "repo")], capture_output=True, text=True, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "inspect one of its entries (mlp)" in lines[0], r.stderr
+    r = subprocess.run([*CLI, "targets"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and not re.search(r"commands: *$", r.stdout, re.M), r.stdout

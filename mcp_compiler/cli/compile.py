@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -326,9 +327,26 @@ def inspect(
     def body() -> None:
         from mcp_compiler import api
 
-        rep.summary(api.inspect(file, values=values), str(file))
+        rep.summary(api.inspect(_model_file(file), values=values), str(file))
 
     run(rep, debug, body)
+
+
+def _model_file(path: Path) -> Path:
+    """inspect DIR: a repository entry (DIR/config.pbtxt) is its newest version's model file; any
+    other folder is one line saying what inspect takes."""
+    if not path.is_dir():
+        return path
+    if (path / "config.pbtxt").is_file():
+        versions = sorted((int(v.name), v) for v in path.iterdir() if v.is_dir() and v.name.isdigit() and len(v.name) < 10)
+        for _, v in reversed(versions):
+            for name in ("model.mcpir", "model.onnx"):
+                if (v / name).is_file():
+                    return v / name
+        raise UsageError(f"{path}: a model entry with no version folder holding model.mcpir or model.onnx")
+    entries = sorted(p.name for p in path.iterdir() if (p / "config.pbtxt").is_file()) if os.access(path, os.R_OK) else []
+    more = f": inspect one of its entries ({', '.join(entries[:5])}{', ...' if len(entries) > 5 else ''})" if entries else ""
+    raise UsageError(f"{path} is a folder; inspect takes a model file (.onnx, .mcpir, .gguf) or an entry DIR/NAME{more}")
 
 
 def list_passes(json_out: bool = JsonOpt) -> None:
@@ -362,7 +380,8 @@ def list_targets(json_out: bool = JsonOpt) -> None:
         if not json_out:
             for r in rows:
                 rep.out.print(f"{r['name']}: {r['description']}; runs on {r['runtime']}, "
-                              f"ai.onnx opsets {r['opsets'][0]}..{r['opsets'][1]}; commands: "
-                              f"{', '.join(r['commands'])}", markup=False)
+                              f"ai.onnx opsets {r['opsets'][0]}..{r['opsets'][1]}"
+                              + (f"; commands: {', '.join(r['commands'])}" if r["commands"] else
+                                 "; no commands of its own"), markup=False)
 
     run(rep, False, body)
