@@ -157,7 +157,7 @@ def _verify_sequence(original: Path, vdir: Path, cfg, report: VerifyReport,  # n
     for n, rows in worst.items():
         report.outputs.append(OutputCheck(f"{n} (sequence of {len(feeds)} steps, state on the server)",
                                           max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
-                                          all(_row_ok(report, r) for r in rows)))
+                                          all(_row_ok(report, r) for r in rows), rel_error=max(r[6] for r in rows)))
 
 
 def declared_shape_mismatches(cfg, names: list[str], seen: list[list[tuple]]) -> list[str]:  # noqa: ANN001 - ModelConfig

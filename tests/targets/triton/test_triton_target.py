@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import onnx
 import pytest
@@ -239,7 +240,12 @@ def test_quantized_repository(tmp_path, level, backend):
     # a budget it misses: exit 1, naming the budget and the worst sample's cosine
     r = runner.invoke(app, ["verify", "-i", str(src), "-r", str(repo / "big_mlp"), "--accuracy-budget",
                             f"cos={min(1.0, cos + (1 - cos) / 2):.12f}"])
-    assert r.exit_code == 1 and "outside the accuracy budget" in r.output and "worst sample" in r.output, r.output
+    assert r.exit_code == 1 and "outside the accuracy budget" in r.output and "the worst of 16 samples" in r.output
+    assert re.search(r"cosine [0-9.]+ < cos=", r.output), r.output   # the criterion that failed, value and bound
+    # a relative-error budget names the relative error, its value and its bound
+    r = runner.invoke(app, ["verify", "-i", str(src), "-r", str(repo / "big_mlp"), "--accuracy-budget",
+                            "cos=0,rel=1e-9"])
+    assert r.exit_code == 1 and re.search(r"relative error [0-9.e-]+ > rel=1e-09", r.output), r.output
 
 
 def test_quantization_level_in_build_file_quantizes(tmp_path):
