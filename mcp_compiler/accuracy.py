@@ -169,6 +169,13 @@ def measure(reference, model: Model, samples: list[dict[str, np.ndarray]], label
         b = [g[i] for g in got_all]
         if not all(np.asarray(x).dtype.kind == "f" for x in a):
             continue
+        for k, (x, y) in enumerate(zip(a, b)):
+            if np.shape(x) != np.shape(y):   # (an elementwise comparison cannot be made: said, not a crash)
+                raise AccuracyError(
+                    f"the quantized model's output {name!r} has shape {list(np.shape(y))} where the original's is "
+                    f"{list(np.shape(x))} (sample {k + 1} of {label}): its length depends on the precision (e.g. the boxes "
+                    "kept above a score threshold), so no budget can judge it; keep the layers that feed it in "
+                    "float (--quantize-exclude) or the model at f32; nothing was written")
         report.outputs.append(_compare(name, a, b))
     return report
 

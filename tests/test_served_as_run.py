@@ -163,3 +163,23 @@ def test_a_closed_stdout_is_not_an_internal_error(tmp_path):
                        "| true", shell=True, capture_output=True, text=True, timeout=300)
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert (tmp_path / "r" / "model" / "config.pbtxt").is_file()
+
+
+def test_an_output_whose_length_depends_on_precision_is_a_clear_refusal(tmp_path):
+    """Issue 59: fp16 of a model whose output length depends on the precision ended in `internal
+    error: operands could not be broadcast together with shapes (5181822,) (5184226,)`."""
+    from mcp_compiler.accuracy import measure
+    from mcp_compiler.errors import AccuracyError
+    from mcp_compiler.frontend import load_onnx
+
+    def kept(n: int) -> onnx.ModelProto:   # the first n values: a stand-in for "those above a threshold"
+        inits = [nh.from_array(np.array([0], np.int64), "s"), nh.from_array(np.array([n], np.int64), "e")]
+        g = h.make_graph([h.make_node("Slice", ["x", "s", "e"], ["y"])], "g",
+                         [h.make_tensor_value_info("x", T.FLOAT, [8])], [h.make_tensor_value_info("y", T.FLOAT, ["k"])],
+                         inits)
+        return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    onnx.save(kept(5), tmp_path / "original.onnx")
+    onnx.save(kept(6), tmp_path / "fp16.onnx")
+    samples = [{"x": np.arange(8, dtype=np.float32)}]
+    with pytest.raises(AccuracyError, match=r"output 'y' has shape \[6\] where the original's is \[5\].*no budget"):
+        measure(tmp_path / "original.onnx", load_onnx(tmp_path / "fp16.onnx").model, samples, "1 sample")
