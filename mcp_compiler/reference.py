@@ -22,6 +22,9 @@ class OutputCheck:
     nonfinite: bool = False     # the original gave only NaN/Inf here on every sample
     shape: str = ""             # where the entry's shape is not the original's: both, said (not "max abs inf")
     rel_error: float = 0.0      # the worst sample's ||b - a|| / ||a|| (what a budget's rel bounds)
+    slice_rel_error: float | None = None   # under a budget: the worst slice's (accuracy.worst_slice)
+    worst_slice: str | None = None
+    exact_match: float | None = None    # under a budget, an integer or boolean output: the share equal
 
 
 @dataclass
@@ -94,9 +97,18 @@ class VerifyReport:
 
 def _missed(budget: dict[str, float], o: OutputCheck) -> str:
     """The budget's criteria an output's worst values fail, each with its value and bound."""
+    from .accuracy import MATCH_DEFAULT, _slice_says, slice_bound
+
+    if o.exact_match is not None:
+        bound = budget.get("match", MATCH_DEFAULT)
+        return f"{o.exact_match:.4f} of its elements equal the original's < match={bound:g}" \
+            if o.exact_match < bound else ""
     out = []
     if o.cosine < budget.get("cos", -1.0):
         out.append(f"cosine {o.cosine:.6f} < cos={budget['cos']:g}")
+    bound = slice_bound(budget)
+    if o.slice_rel_error is not None and bound is not None and o.slice_rel_error > bound:
+        out.append(f"relative error {o.slice_rel_error:.3g} of its slice at {o.worst_slice} > {_slice_says(budget, bound)}")
     if o.max_abs > budget.get("max-abs", float("inf")):
         out.append(f"max abs {o.max_abs:.3g} > max-abs={budget['max-abs']:g}")
     if o.rel_error > budget.get("rel", float("inf")):
@@ -309,14 +321,34 @@ def _compare_all(report: VerifyReport, run, feeds: list[dict], names: list[str],
             stats.setdefault(name, []).append(compare(a, b, report.rtol, report.atol))
             if np.shape(a) != np.shape(b) and name not in shapes:
                 shapes[name] = f"{list(np.shape(b))} where the original's is {list(np.shape(a))}"
-    for name, rows in stats.items():
+    for k, (name, rows) in enumerate(stats.items()):
         # a quantized model or another precision: the budget, not float32 tolerances (worst sample)
         ok = all(_row_ok(report, r) for r in rows)
-        report.outputs.append(OutputCheck(
+        check = OutputCheck(
             name, max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows),
             ok, exercised=any(r[4] for r in rows), nonfinite=all(r[5] for r in rows), shape=shapes.get(name, ""),
-            rel_error=max(r[6] for r in rows)))
+            rel_error=max(r[6] for r in rows))
+        if report.budget and not check.shape:
+            _judge_parts(report, check, [w[k] for w in wants], [g[k] for g in outs])
+        report.outputs.append(check)
     return outs
+
+
+def _judge_parts(report: VerifyReport, check: OutputCheck, want: list, got: list) -> None:
+    """Under a budget: an integer or boolean output by the share of equal elements (not by cosine,
+    which passed ids of which 12% had changed); a float one's worst slice by `cos` as well as the
+    whole (a detector's scores beside its boxes)."""
+    from .accuracy import MATCH_DEFAULT, exact_match, slice_bound, worst_slice
+
+    kind = np.asarray(want[0]).dtype.kind
+    if kind in "iub":
+        check.exact_match = exact_match(want, got)
+        check.ok = check.exact_match >= report.budget.get("match", MATCH_DEFAULT)
+    elif kind == "f" and not (report.atol_equal and check.max_abs <= report.atol):
+        sl, bound = worst_slice(want, got), slice_bound(report.budget)
+        if sl is not None:
+            check.slice_rel_error, check.worst_slice = sl
+            check.ok = check.ok and (bound is None or sl[0] <= bound)
 
 
 def _row_ok(report: VerifyReport, r: tuple) -> bool:
@@ -368,6 +400,8 @@ def _against_other_levels(input, report: VerifyReport, feeds: list[dict], names:
             rows.append(tried[passing[0]])
             spread.append((max(a[0] for a in apart), min(a[2] for a in apart)))
         else:
+            if not spread:   # every sample met the check as it was: what failed is the whole's (slices, match)
+                continue
             report.outputs[k] = OutputCheck(o.name, max(r[0] for r in rows), max(r[1] for r in rows),
                                             min(r[2] for r in rows), True, exercised=o.exercised,
                                             rel_error=max(r[6] for r in rows))

@@ -210,9 +210,15 @@ class Reporter:
         if acc:
             self.out.print(f"accuracy vs onnxruntime on the original, {acc['inputs']}:", markup=False)
             for o in acc["outputs"]:
+                if o.get("exact_match") is not None:
+                    self.out.print(f"  {o['name']}: {o['exact_match']:.4f} of its elements equal the original's "
+                                   f"(an integer output: judged by match)", markup=False)
+                    continue
                 top1 = f", top-1 agreement {o['top1_agreement']:.4f}" if o["top1_agreement"] is not None else ""
+                sl = (f", worst slice ({o['worst_slice']}) rel. error {o['slice_rel_error']:.4g}"
+                      if o.get("slice_rel_error") is not None else "")
                 self.out.print(f"  {o['name']}: cosine {o['cosine']:.6f}, max abs {o['max_abs']:.4g}, "
-                               f"rel. error {o['rel_error']:.4g}{top1}", markup=False)
+                               f"rel. error {o['rel_error']:.4g}{top1}{sl}", markup=False)
 
     def _pass_table(self, passes: list[dict]) -> None:
         if self.rich:
@@ -268,8 +274,14 @@ class Reporter:
             if getattr(o, "shape", ""):
                 self.out.print(f"  {o.name}: shape {o.shape}  FAILED", markup=False)
                 continue
+            if getattr(o, "exact_match", None) is not None:
+                self.out.print(f"  {o.name}: {o.exact_match:.4f} of its elements equal the original's  {state}",
+                               markup=False)
+                continue
+            sl = (f", worst slice ({o.worst_slice}) rel {o.slice_rel_error:.3g}"
+                  if getattr(o, "slice_rel_error", None) is not None else "")
             self.out.print(f"  {o.name}: max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g}, "
-                           f"cosine {o.cosine:.6f}  {state}", markup=False)
+                           f"cosine {o.cosine:.6f}{sl}  {state}", markup=False)
         for w in getattr(r, "warnings", None) or ():
             self.warning(w)
         for o in getattr(r, "as_user_runs", None) or ():

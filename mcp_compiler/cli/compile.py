@@ -92,7 +92,9 @@ CalibOpt = _opt(None, "--calibration-data", panel=QUANT, help="Folder of .npz in
                 "accuracy report and, with fp8, static activation Q/DQ scales.")
 BudgetOpt = _opt(None, "--accuracy-budget", panel=QUANT, metavar="KEY=V[,...]",
                  help="Fail (exit 1, nothing written) when the quantized model is outside it: cos=MIN, "
-                      "top1=MIN, max-abs=MAX, rel=MAX, checked on every float output.")
+                      "top1=MIN, max-abs=MAX, rel=MAX on every float output and each slice of it "
+                      "(slice=MAX, by default 3x what cos/rel allow), match=MIN on integer outputs "
+                      "(default 0.99).")
 AutoExclOpt = _opt(None, "--auto-exclude/--no-auto-exclude", panel=QUANT,
                    help="With --accuracy-budget (on by default then): when the budget fails, measure each "
                         "quantized layer's effect and keep the most sensitive in float until it holds.")

@@ -34,7 +34,7 @@ class Layer:
 @dataclass
 class Selection:
     kept: list[str] = field(default_factory=list)          # weight names kept in float, most sensitive first
-    sensitivity: dict[str, float] = field(default_factory=dict)   # weight -> 1 - cosine with it alone quantized
+    sensitivity: dict[str, float] = field(default_factory=dict)   # weight -> 1 - closeness with it alone quantized
     all_quantized: float = 0.0                              # worst 1 - cosine with every layer quantized
     reached: float = 0.0                                    # worst 1 - cosine with `kept` in float
     holds: bool = True
@@ -43,7 +43,7 @@ class Selection:
 
 def select(model: Model, layers: list[Layer], samples: list[dict], budget: dict[str, float]) -> Selection:
     """The layers to keep in float (see the module docstring)."""
-    from mcp_compiler.accuracy import AccuracyReport, _compare, check_budget
+    from mcp_compiler.accuracy import AccuracyReport, _compare, check_budget, closeness, comparable
     from mcp_compiler.errors import AccuracyError
 
     sel = Selection()
@@ -58,9 +58,9 @@ def select(model: Model, layers: list[Layer], samples: list[dict], budget: dict[
         report = AccuracyReport("selection", len(samples))
         for i, name in enumerate(run.names):
             want = [r[i] for r in reference]
-            if all(np.asarray(w).dtype.kind == "f" for w in want):
+            if all(comparable(w) for w in want):
                 report.outputs.append(_compare(name, want, [g[i] for g in got]))
-        worst = max((1.0 - o.cosine for o in report.outputs), default=0.0)
+        worst = max((1.0 - closeness(o) for o in report.outputs), default=0.0)
         try:
             check_budget(report, budget)
         except AccuracyError:
