@@ -193,8 +193,8 @@ def _calibration(model: Model, options: CompileOptions) -> list[dict] | None:
 def _selection_samples(input, fmt: str, samples, options: CompileOptions) -> tuple[list, str] | None:  # noqa: ANN001
     """With --accuracy-budget and layer selection on: the accuracy report's samples, made before
     the passes (the quantize pass selects its layers on them)."""
-    if options.quantize is None or not options.accuracy.selects_layers:
-        return None
+    if options.quantize is None or not options.accuracy.selects_layers or options.quantize.mode == "int8":
+        return None   # (int8 selects on its own share of the calibration samples)
     reference = input if fmt == "onnx" else load_model(input, check=False, infer_shapes=False)[0]
     got = _accuracy_samples(input, reference, samples, options)
     return got if got[0] is not None else None
@@ -223,6 +223,8 @@ def _pipeline(model: Model, target, options: CompileOptions, samples, quantize, 
     pm = pipeline.build(target, options.pipeline, quantize=quantize, calibration=samples)
     if checked:
         pm.ctx.budget, pm.ctx.samples = dict(options.accuracy.budget), checked
+    elif quantize is not None and quantize.mode == "int8" and options.accuracy.budget:
+        pm.ctx.budget = dict(options.accuracy.budget)
     from .passes import WeightGrowth
 
     pm.instruments.append(WeightGrowth(model))
@@ -453,6 +455,7 @@ def _quantization_report(options: CompileOptions, records: list[dict], before: i
                        if r["name"] == "upgrade-opset" and r["modified"]), None),
         "selection": next((r["stats"]["selection"] for r in records
                            if r["name"].startswith("quantize-") and "selection" in r["stats"]), None),
+        "int8": next((r["stats"]["int8"] for r in records if r["name"] == "quantize-int8" and "int8" in r["stats"]), None),
     }
 
 
@@ -485,8 +488,15 @@ def _check_accuracy(input, fmt: str, model: Model, samples, options: CompileOpti
 
 
 def _accuracy_samples(input, reference, samples, options: CompileOptions) -> tuple[list | None, str]:  # noqa: ANN001
-    """The samples of the accuracy report, and how they were made (None: no report)."""
-    if samples is not None:
+    """The samples of the accuracy report, and how they were made (None: no report). int8's is
+    on --inputs when given (samples that neither calibrated nor selected), else on the
+    calibration folder's selection share (said so: not held out)."""
+    if samples is not None and options.quantize is not None and options.quantize.mode == "int8":
+        if options.checks.inputs is None:
+            picked = samples[1::2] if len(samples) >= 2 else samples
+            return picked, (f"{options.accuracy.calibration_data} ({len(picked)} selection samples: they chose "
+                            "the calibration and the float nodes; --inputs judges on held-out ones)")
+    elif samples is not None:
         return samples, f"{options.accuracy.calibration_data} ({len(samples)} samples)"
     if options.checks.inputs is not None:
         from .inputs import load_inputs

@@ -63,7 +63,7 @@ class AccuracyOptions:
 
 
 INITIALIZER_INPUTS = ("weights", "inputs")   # --initializer-inputs, a build file's initializer_inputs
-QUANTIZATION_LEVELS = ("none", "fp8", "int4", "fp16", "bf16")   # --quantize, a build file's quantization_level
+QUANTIZATION_LEVELS = ("none", "fp8", "int4", "fp16", "bf16", "int8")   # --quantize, a build file's quantization_level
 
 
 @dataclass
@@ -155,7 +155,7 @@ class CompileOptions:
         if c.dims and c.inputs is not None:
             raise UsageError("--dims sizes generated inputs; with --inputs the arrays give the sizes")
         if self.quantize is None and (self.accuracy.budget or self.accuracy.calibration_data):
-            raise UsageError("--accuracy-budget and --calibration-data need --quantize int4|fp8")
+            raise UsageError("--accuracy-budget and --calibration-data need --quantize int8|int4|fp8|fp16|bf16")
         if p.disabled and not self.has_pipeline:
             raise UsageError("--disable-pass needs a pipeline: give --target, --passes, --quantize or --opset")
         if (p.print_ir_after or p.explain or p.time_passes) and not self.has_pipeline:
@@ -163,6 +163,17 @@ class CompileOptions:
                              "--passes, --quantize or --opset")
         if self.quantize is not None:
             self.quantize.validate()
+            if self.quantize.mode == "int8":
+                if self.accuracy.calibration_data is None:
+                    raise UsageError("--quantize int8 needs --calibration-data DIR (one .npz per real input sample: "
+                                     "at least 2, an even share calibrates and an odd one selects): drawn inputs "
+                                     "calibrate nothing real")
+                if c.verify and c.inputs is None:
+                    raise UsageError("--quantize int8 --verify needs --inputs DIR: an int8 model is judged on real "
+                                     "inputs that neither calibrated nor selected (drawn ones judge nothing real)")
+                self.quantize.search = self.accuracy.auto_exclude is not False
+            elif self.quantize.calibration_method != "auto" or self.quantize.int8_activations != "uint8":
+                raise UsageError("--calibration-method and --int8-activations apply to --quantize int8")
         return self
 
 

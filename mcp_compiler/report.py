@@ -183,7 +183,8 @@ class Reporter:
 
     def _quantization(self, q: dict, verbose: bool) -> None:
         ratio = f"{q['compression']:.2f}x smaller" if q.get("compression") else "no change"
-        self.out.print(f"quantized {q['mode']}: {len(q['quantized'])} weights, {len(q['skipped'])} skipped; "
+        what = "nodes (weights and activations)" if q["mode"] == "int8" else "weights"
+        self.out.print(f"quantized {q['mode']}: {len(q['quantized'])} {what}, {len(q['skipped'])} skipped; "
                        f"weights {_mb(q['weight_bytes_before'])} -> {_mb(q['weight_bytes_after'])} "
                        f"({ratio})" + (f"; opset {q['opset']['from']} -> {q['opset']['to']}" if q.get("opset") else ""),
                        markup=False)
@@ -193,6 +194,17 @@ class Reporter:
             reasons[key] = reasons.get(key, 0) + 1
         for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
             self.out.print(f"  skipped {count}: {reason}", markup=False)
+        i8 = q.get("int8")
+        if i8:
+            measured = ", ".join(f"{m} {c:.6f}" for m, c in i8["methods"].items())
+            self.out.print(f"  int8: {i8['method']} calibration on {i8['calibration_samples']} samples, "
+                           f"{i8['activations']} activations (closeness to the float model on "
+                           f"{i8['selection_samples']} selection samples: {measured})", markup=False)
+            if i8["kept_nodes"]:
+                self.out.print(f"  kept in float by the selection: {len(i8['kept_nodes'])} nodes "
+                               f"(runs {', '.join(str(k + 1) for k in i8['kept_segments'])} of {i8['segments']}; "
+                               f"{', '.join(i8['kept_nodes'][:6])}{' ...' if len(i8['kept_nodes']) > 6 else ''})",
+                               markup=False)
         sel = q.get("selection")
         if sel and sel["kept"]:
             alone = sel["sensitivity"]

@@ -86,7 +86,7 @@ PASSES: Mapping[str, type[Pass]] = _PassTable(   # in default-pipeline order (`m
     SimplifySoftmaxPass, FoldBatchNormPass, FoldConvAffinePass, FuseClipPass, FuseHardSwishPass,
     FuseLayerNormPass, FuseGeluPass, MatMulAddToGemmPass, LayoutNhwcPass, DeduplicateWeightsPass,
     ("quantize-int4", ".quantize:QuantizeInt4Pass"), ("quantize-fp8", ".quantize:QuantizeFp8Pass"),
-    ("quantize-half", ".quantize:QuantizeHalfPass"),
+    ("quantize-half", ".quantize:QuantizeHalfPass"), ("quantize-int8", ".quantize:QuantizeInt8Pass"),
     LegalizePass,
 )
 

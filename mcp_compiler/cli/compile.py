@@ -64,10 +64,16 @@ LayoutOpt = _opt("nchw", "--layout", panel=PIPE, metavar="nchw|nhwc",
                  help="nhwc: 4-D image inputs (and image outputs) become channels-last [N, H, W, C]; "
                       "transposes inside move and cancel.")
 
-QuantOpt = _opt(None, "--quantize", "--quantization-level", panel=QUANT, metavar="none|int4|fp8|fp16|bf16",
-                help="Quantize constant MatMul/Gemm weights: int4 (group-wise, weight-only) or fp8; or store "
-                     "every large float32 weight in fp16/bf16 (half the size, float32 compute); an "
-                     "accuracy report against onnxruntime on the original follows.")
+QuantOpt = _opt(None, "--quantize", "--quantization-level", panel=QUANT, metavar="none|int8|int4|fp8|fp16|bf16",
+                help="int8: static QDQ of weights and activations, calibrated on --calibration-data (int8 "
+                     "kernels; the nodes that break the budget stay in float); int4 (group-wise, weight-only) "
+                     "or fp8 MatMul/Gemm weights; or every large float32 weight stored in fp16/bf16 (half the "
+                     "size, float32 compute); an accuracy report against onnxruntime on the original follows.")
+CalibMethodOpt = _opt("auto", "--calibration-method", panel=QUANT, metavar="auto|minmax|percentile|entropy",
+                      help="int8 activation ranges: auto measures minmax and percentile (99.999) and keeps the "
+                           "closer to the float model on the selection samples.")
+Int8ActOpt = _opt("uint8", "--int8-activations", panel=QUANT, metavar="uint8|int8",
+                  help="int8: the activations' type (uint8: what VNNI multiplies fastest).")
 GroupOpt = _opt(32, "--group-size", panel=QUANT, help="int4: weights per group (16..256).")
 SymOpt = _opt(False, "--symmetric", panel=QUANT, help="int4: no zero point.")
 Int4MethodOpt = _opt("search", "--int4-method", panel=QUANT, metavar="search|rtn",
@@ -88,8 +94,9 @@ QExclOpt = _opt(None, "--quantize-exclude", panel=QUANT, metavar="PATTERN",
 QMinOpt = _opt(4096, "--quantize-min-elements", panel=QUANT, help="Weights with fewer values stay in float.")
 QMaxErrOpt = _opt(None, "--quantize-max-error", panel=QUANT, help="Leave a layer in float when its relative "
                   "weight error (||w - q|| / ||w||) exceeds this.")
-CalibOpt = _opt(None, "--calibration-data", panel=QUANT, help="Folder of .npz input samples: inputs for the "
-                "accuracy report and, with fp8, static activation Q/DQ scales.")
+CalibOpt = _opt(None, "--calibration-data", panel=QUANT, help="Folder of .npz input samples (real inputs): "
+                "int8's calibration (even ones) and selection (odd ones), fp8's activation scales, the "
+                "accuracy report's inputs.")
 BudgetOpt = _opt(None, "--accuracy-budget", panel=QUANT, metavar="KEY=V[,...]",
                  help="Fail (exit 1, nothing written) when the quantized model is outside it: cos=MIN, "
                       "top1=MIN, max-abs=MAX, rel=MAX on every float output and each slice of it "
@@ -125,6 +132,8 @@ CONVERT_EXAMPLES = examples(
     "mcp-cli convert model.onnx -t triton-v1.12 -o model_repository --verify",
     ("mcp-cli convert model.onnx -t triton-v1.12 --quantize int4",
      "  --accuracy-budget cos=0.99"),
+    ("mcp-cli convert model.onnx -t triton-v1.12 --quantize int8",
+     "  --calibration-data calib/ --inputs judge/ --verify"),
     ("mcp-cli convert model.onnx -t triton-v1.12 --max-batch-size 16",
      "  --preferred-batch-size 4,8 --json"),
     ("mcp-cli convert --input model.onnx --output model.mcpir",
@@ -185,6 +194,7 @@ def convert(
     fp8_per_tensor: bool = Fp8TensorOpt, quantize_conv: bool = QConvOpt,
     quantize_exclude: Optional[list[str]] = QExclOpt, quantize_min_elements: int = QMinOpt,
     quantize_max_error: Optional[float] = QMaxErrOpt, calibration_data: Optional[Path] = CalibOpt,
+    calibration_method: str = CalibMethodOpt, int8_activations: str = Int8ActOpt,
     accuracy_budget: Optional[str] = BudgetOpt, auto_exclude: Optional[bool] = AutoExclOpt,
     accuracy_samples: int = AccSamplesOpt,
     config: Optional[Path] = ConfigOpt, load_check: bool = LoadCheckOpt,
@@ -219,7 +229,8 @@ def convert(
     run(rep, debug, body)
 
 
-_CHOICES = ("layout", "quantize", "int4_method", "int4_format", "fp8_format", "target")
+_CHOICES = ("layout", "quantize", "int4_method", "int4_format", "fp8_format", "target", "calibration_method",
+            "int8_activations")
 
 
 def _ir_to_stderr() -> None:
@@ -287,7 +298,8 @@ def _quantize(f: dict[str, Any]):  # noqa: ANN202 - passes.quantize.QuantizeOpti
         int4_method=str(f["int4_method"]), int4_format=str(f["int4_format"]), accuracy_level=f["int4_accuracy_level"],
         fp8_format=str(f["fp8_format"]), per_channel=not f["fp8_per_tensor"], conv=f["quantize_conv"],
         exclude=list(f["quantize_exclude"] or ()), min_elements=f["quantize_min_elements"],
-        max_error=f["quantize_max_error"])
+        max_error=f["quantize_max_error"], calibration_method=str(f.get("calibration_method") or "auto"),
+        int8_activations=str(f.get("int8_activations") or "uint8"))
 
 
 def _with_target(options, f: dict[str, Any]):  # noqa: ANN001, ANN202 - CompileOptions

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 from mcp_compiler.errors import UsageError
 
-MODES = ("int4", "fp8", "fp16", "bf16")
+MODES = ("int4", "fp8", "fp16", "bf16", "int8")
+CALIBRATION_METHODS = ("auto", "minmax", "percentile", "entropy")
+INT8_ACTIVATIONS = ("uint8", "int8")
 INT4_METHODS = ("search", "rtn")
 INT4_FORMATS = ("matmulnbits", "qdq")
 BLOCK_SIZES = (16, 32, 64, 128, 256)
@@ -27,6 +29,9 @@ class QuantizeOptions:
     exclude: list[str] = field(default_factory=list)   # fnmatch patterns on node or weight names
     min_elements: int = 4096           # smaller weights are left in float
     max_error: float | None = None     # skip a layer whose relative weight error exceeds this
+    calibration_method: str = "auto"   # int8: auto (minmax and percentile measured) | minmax | percentile | entropy
+    int8_activations: str = "uint8"    # int8: the activations' type (uint8: VNNI's u8 x s8)
+    search: bool = True                # int8: keep the nodes that break the budget in float (--auto-exclude)
 
     def validate(self) -> QuantizeOptions:
         if self.mode not in MODES:
@@ -42,6 +47,11 @@ class QuantizeOptions:
             raise UsageError(f"--int4-accuracy-level: expected 0..4, got {self.accuracy_level}")
         if self.fp8_format not in ("e4m3fn", "e5m2"):
             raise UsageError(f"--fp8-format: expected e4m3fn or e5m2, got {self.fp8_format!r}")
+        if self.calibration_method not in CALIBRATION_METHODS:
+            raise UsageError(f"--calibration-method: expected one of {', '.join(CALIBRATION_METHODS)}, "
+                             f"got {self.calibration_method!r}")
+        if self.int8_activations not in INT8_ACTIVATIONS:
+            raise UsageError(f"--int8-activations: expected uint8 or int8, got {self.int8_activations!r}")
         if self.min_elements < 0:
             raise UsageError(f"--quantize-min-elements must be >= 0, got {self.min_elements}")
         if self.max_error is not None and not self.max_error > 0:

@@ -393,9 +393,25 @@ def _sequence_batching(sb, p: ServingParams) -> None:  # noqa: ANN001 - ModelSeq
 
 
 def _dequantizes_weights(model: Model) -> bool:
-    """Whether a DequantizeLinear reads a constant (fp8 or int4-qdq weights)."""
+    """Whether a DequantizeLinear reads a constant (fp8 or int4-qdq weights) in a model whose
+    arithmetic is float. A static int8 QDQ model (its activations quantized to int8/uint8 too)
+    runs int8 kernels, which dequantizing at load would undo (benchmarks/bench_int8.py)."""
+    if _int8_static(model):
+        return False
     return any(n.op_type == "DequantizeLinear" and n.is_onnx() and n.inputs and n.inputs[0] is not None
                and n.inputs[0].const is not None for n in model.graph.nodes)
+
+
+def _int8_static(model: Model) -> bool:
+    """A QuantizeLinear of an activation (not a constant) to int8 or uint8."""
+    from mcp_compiler.ir import DataType
+
+    for n in model.graph.nodes:
+        if n.op_type == "QuantizeLinear" and n.is_onnx() and n.inputs and n.inputs[0] is not None \
+                and n.inputs[0].const is None and len(n.inputs) > 2 and n.inputs[2] is not None \
+                and n.inputs[2].const is not None and n.inputs[2].const.dtype in (DataType.INT8, DataType.UINT8):
+            return True
+    return False
 
 
 def _queue_policy(q, p: ServingParams) -> None:  # noqa: ANN001

@@ -76,6 +76,9 @@ def verify(input: str | os.PathLike, repository: str | os.PathLike, *, samples: 
                           **({"prompts": samples} if samples else {}))
     backend = cfg.backend or "onnxruntime"
     level = cfg.parameters[P.QUANTIZATION_LEVEL].string_value if P.QUANTIZATION_LEVEL in cfg.parameters else "none"
+    if level == "int8" and inputs is None:
+        raise UsageError(f"{model_dir}: an int8 entry is judged on real inputs: give --inputs DIR (samples that "
+                         "neither calibrated nor selected it; drawn inputs judge nothing real)")
     params = {k: v.string_value for k, v in cfg.parameters.items()}
     recorded = {} if budget is not None else _recorded_budget(params, model_dir)
     execution = (params.get(P.EXECUTION, "onnxruntime"), params.get(P.PRECISION, "f32"))

@@ -278,7 +278,7 @@ def test_cli_accuracy_budget_fails_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--quantize", "int8"], "expected one of none, int4, fp8, fp16, bf16"),
+    (["--quantize", "int3"], "expected one of none, int4, fp8, fp16, bf16, int8"),
     (["--quantize", "int4", "--int4-method", "gptq"], "--int4-method: expected search or rtn"),
     (["--quantize", "int4", "--group-size", "48"], "--group-size: expected one of"),
     (["--quantize", "int4", "--accuracy-budget", "cosine=1"], "KEY one of cos, max-abs, rel, top1"),

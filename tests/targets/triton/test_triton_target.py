@@ -152,7 +152,7 @@ def test_build_file_and_flags(tmp_path):
     ("kind: tpu\n", "kind must be cpu or gpu"),
     ("tensor_parallel_size: 2\n", "needs kind: gpu"),
     ("[1, 2\n", "not valid YAML"),
-    ("quantization_level: int8\n", "quantization_level must be one of"),
+    ("quantization_level: int3\n", "quantization_level must be one of"),
 ])
 def test_build_file_errors(tmp_path, text, expect):
     cfg_file = tmp_path / "mcp.yaml"
