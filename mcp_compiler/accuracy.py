@@ -23,6 +23,11 @@ BUDGET_KEYS = {"cos": ("cosine", "min"), "max-abs": ("max_abs", "max"), "rel": (
 # a longer one (1,000 classes, 8,400 anchors, a 256-wide hidden state) is the population a slice
 # is judged over.
 SLICE_MAX = 128
+# ... and only where each of its slices holds at least SLICE_MIN_VALUES values of one sample (a
+# part of the output with a population of its own: 2,100 anchors of one score row, one position's
+# 6,625 class scores). A classifier's [1, 2] probabilities are not sliced into single numbers:
+# a 0.001 probability off by 0.001 is not a destroyed slice (top-1 and the whole judge it).
+SLICE_MIN_VALUES = 16
 # A slice is judged by its relative error ||b - a|| / ||a||, on its own scale: a detector's
 # class scores of 0 to 1 beside its box coordinates of 0 to 320 in one output (YOLOv8's output0;
 # int8 with one scale over both rounded every score to 0 or 1.24 while the whole output's cosine
@@ -233,8 +238,9 @@ def worst_slice(want: list[np.ndarray], got: list[np.ndarray]) -> tuple[float, s
     ok = np.isfinite(a) & np.isfinite(b)
     a, b = np.where(ok, a, 0.0), np.where(ok, b, 0.0)
     worst: tuple[float, str] | None = None
+    total = int(np.prod(shape))
     for axis, size in enumerate(shape):
-        if not 2 <= size <= SLICE_MAX:
+        if not 2 <= size <= SLICE_MAX or total // size < SLICE_MIN_VALUES:
             continue
         ax = axis + 1   # past the samples' axis
         x = np.moveaxis(a, ax, 0).reshape(size, -1)

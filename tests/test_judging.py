@@ -93,6 +93,8 @@ def test_slices_of_a_uniformly_good_output_pass():
     # nothing to slice: a vector, or 1,000 classes and nothing else
     assert worst_slice([np.ones(5)], [np.ones(5)]) is None
     assert worst_slice([np.ones((1, 1000))], [np.ones((1, 1000))]) is None
+    # a classifier's two probabilities are not slices of their own (each would be one number)
+    assert worst_slice([np.array([[0.999, 0.001]])], [np.array([[0.998, 0.002]])]) is None
     assert slice_bound({"cos": 0.99}) == pytest.approx(3 * np.sqrt(0.02)) and slice_bound({"slice": 2.0}) == 2.0
 
 

@@ -15,7 +15,8 @@ node, which onnxruntime's default optimization fuses into int8 kernels (QLinearC
    equally many compute nodes (Conv, MatMul, Gemm, ...). If everything quantized misses the
    budget, each run alone quantized gives its sensitivity, and the most sensitive runs are kept in
    float: the fewest that bring the budget back (bisection over that order), as the INT4/FP8
-   layer selection does; the selection holds a tighter budget than the judge (SELECT_MARGIN).
+   layer selection does, then each kept run is tried back in int8 (kept only where the budget
+   needs it); the selection holds a tighter budget than the judge (SELECT_MARGIN).
    A detector's head (its boxes and class scores in one output) is such a run. When not even
    the least sensitive run alone holds, int8 is refused (AccuracyError).
 
@@ -251,6 +252,14 @@ class _Quantizer:
                                 f"everything quantized: {trial.missed[0]}; the least damaging run of nodes alone "
                                 f"(run {least + 1} of {len(segments)}) reaches closeness {alone[least]:.4g}; keep the model at f32")
         t, p = best
+        # then each kept run given back to int8 where the rest alone still holds (least damaging first):
+        # bisection over one order keeps a prefix, and a run inside it may not be needed
+        for s_ in sorted(t.excluded, key=lambda s: -alone[s]):
+            if len(t.excluded) <= 1:
+                break
+            t2, p2 = attempt(set(t.excluded) - {s_})
+            if t2.holds:
+                t, p = t2, p2
         res.closeness = t.closeness
         res.kept_segments = sorted(t.excluded)
         return self._finish(res, p, {n for s in t.excluded for n in segments[s]})
