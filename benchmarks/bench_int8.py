@@ -125,7 +125,9 @@ def main() -> None:
             row = {"model": n, "kind": kind, "convert_f32_s": round(t32, 1), "convert_int8_s": round(t8, 1)}
             if not q.get("ok", True) or "error" in q:
                 msg = q.get("error", {}).get("message", "?")
-                row.update(ratio=1.0, note=f"int8 dropped: {msg if isinstance(msg, str) else ' '.join(msg)}"[:240])
+                msg = msg if isinstance(msg, str) else " ".join(msg)
+                msg = msg.replace(str(repo / "int8") + ": ", "")   # (the temporary folder says nothing)
+                row.update(ratio=1.0, note=f"int8 dropped: {msg}"[:240])
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 continue
@@ -141,7 +143,8 @@ def main() -> None:
                 method=i8["method"], kept_nodes=len(i8["kept_nodes"]), kept_runs=f"{len(i8['kept_segments'])}/{i8['segments']}",
                 quantized_nodes=len(q["quantization"]["quantized"]), verify_ok=v["ok"],
                 judge_cosine=round(min(x["cosine"] for x in o), 5),
-                judge_slice_rel=max((x["slice_rel_error"] for x in o if x.get("slice_rel_error") is not None), default=None),
+                judge_slice_rel=max((round(x["slice_rel_error"], 3) for x in o if x.get("slice_rel_error") is not None),
+                                    default=None),
                 judge_top1=None)
             acc = q["quantization"]["accuracy"]["outputs"]
             tops = [x["top1_agreement"] for x in acc if x.get("top1_agreement") is not None]
