@@ -11,6 +11,8 @@ no Triton around it), paired rounds in alternating order, median of the per-roun
 at 1.0x (the user keeps fp32), with the reason.
 
     python benchmarks/bench_int8.py [--models a,b] [--rounds 20]
+
+(Pillow reads the pictures: it comes with the extras' matplotlib, as `pip install -e .[dev,...]` installs.)
 """
 
 from __future__ import annotations
