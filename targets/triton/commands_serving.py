@@ -346,7 +346,7 @@ def deploy(
     version: Optional[int] = typer.Option(None, "--version", hidden=True, min=1, max=2**63 - 1,
                                           help="Same as --model-version."),
     name: Optional[str] = typer.Option(None, "--name", help="Model name on the server (default: the config's)."),
-    wait_timeout: float = typer.Option(120.0, "--wait-timeout", help="Seconds to wait for READY."),
+    wait_timeout: float = typer.Option(600.0, "--wait-timeout", help="Seconds to wait for READY (a big LLM takes minutes to load)."),
     smoke: bool = typer.Option(True, "--smoke/--no-smoke", help="Run one inference after loading."),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help="The smoke request: the first sample of "
                                           "this .npz (or folder of them), arrays named like the inputs "
@@ -548,7 +548,7 @@ def server_status(
 def undeploy(
     name: str = typer.Argument(..., help="The model to unload."),
     conn: ConnectionFlags = None,
-    wait_timeout: float = typer.Option(60.0, "--wait-timeout", help="Seconds to wait for the unload to finish."),
+    wait_timeout: float = typer.Option(300.0, "--wait-timeout", help="Seconds to wait for the unload to finish."),
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
     """Unload a model from a running Triton, wait until the server has let it go, and remove

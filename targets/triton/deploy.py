@@ -388,7 +388,7 @@ def _smoke(c, conn: Connection, cfg: Any, name: str, version: int, feeds: dict) 
 
 
 def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = None,
-           version: int | None = None, wait_timeout: float = 120.0, dry_run: bool = False,
+           version: int | None = None, wait_timeout: float = 600.0, dry_run: bool = False,
            smoke: bool = True, rollback_on_failure: bool = False,
            inputs: str | os.PathLike | None = None, force: bool = False,
            dims: dict[str, int] | None = None) -> DeployReport:
@@ -528,7 +528,7 @@ def status(conn: Connection) -> list[dict]:
         c.close()
 
 
-def undeploy(name: str, conn: Connection, *, wait_timeout: float = 60.0) -> dict:
+def undeploy(name: str, conn: Connection, *, wait_timeout: float = 300.0) -> dict:
     """Unload `name` and wait until the server has let it go (not READY, not UNLOADING); remove
     the recorded deploy. A model the server does not have loaded (unknown, or unloaded already)
     is an error, not a silent success. Returns {state, seconds, forgot}."""
