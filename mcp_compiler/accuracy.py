@@ -325,11 +325,17 @@ def missed(o: OutputAccuracy, budget: dict[str, float]) -> list[str]:
             continue
         v = getattr(o, fld)
         if v is not None and ((kind == "min" and not v >= bound) or (kind == "max" and not v <= bound)):
-            out.append(f"{fld.replace('_', ' ')} {v:.6g} {'<' if kind == 'min' else '>'} {key}={bound:g}")
+            digits = max(6, _digits(bound))   # 0.99999999 is not "1": as many digits as the bound needs
+            out.append(f"{fld.replace('_', ' ')} {v:.{digits}g} {'<' if kind == 'min' else '>'} {key}={bound:.{digits}g}")
     bound = slice_bound(budget)
     if o.slice_rel_error is not None and bound is not None and not o.slice_rel_error <= bound:
         out.append(f"relative error {o.slice_rel_error:.3g} of its slice at {o.worst_slice} > {_slice_says(budget, bound)}")
     return out
+
+
+def _digits(v: float) -> int:
+    """The significant digits that tell `v` apart from its neighbours (at most 12)."""
+    return next((d for d in range(1, 13) if float(f"{v:.{d}g}") == v), 12)
 
 
 def _slice_says(budget: dict[str, float], bound: float) -> str:

@@ -95,6 +95,13 @@ def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
     model, records, warnings, properties = _run_passes(input, model, target, options, samples, warnings,
                                                        checked[0] if checked else None)
     clock.lap("passes")
+    int8 = None
+    if _int8_wanted(options, fmt):   # --runtime auto --calibration-data: int8 as a candidate
+        (model, records, warnings, properties), options, int8, took = _int8_candidate(
+            input, fmt, (model, records, warnings, properties), target, options, samples)
+        if took is not None:
+            samples, checked = took
+        clock.lap("int8")
     report = _report(input, output, model, fmt, warnings, records, options)
     report.input_weight_bytes = weights_in
     report.notes += notes
@@ -106,7 +113,69 @@ def compile_model(input: str | os.PathLike, output: str | os.PathLike | None,
         clock.lap("accuracy")
     _write(model, target, input, output, options, report, properties)
     clock.lap("emit")
+    if int8 is not None:
+        report.runtime_profile = {**(report.runtime_profile or {}), "int8": int8.to_dict()}
+        report.notes.append(int8.summary())
     return _finish(report, clock)
+
+
+def _int8_wanted(options: CompileOptions, fmt: str) -> bool:
+    from .int8_profile import wanted
+
+    return fmt == "onnx" and wanted(options)
+
+
+def _int8_candidate(input, fmt: str, floated: tuple, target, options: CompileOptions,  # noqa: ANN001
+                    samples: list[dict]) -> tuple:   # (passes' result, options, Int8Choice, samples or None)
+    """int8 beside the float pipeline's result (`floated`: model, records, warnings, properties),
+    measured as mcp_compiler.int8_profile says. Taken: the int8 pipeline's result, the options of
+    `--quantize int8`, the choice, and (calibration share, (judging samples, their label)) for
+    the accuracy report; not taken: `floated` as it was, the options unchanged, the choice, None."""
+    from dataclasses import replace
+
+    from . import int8_profile as i8
+    from .accuracy import default_budget
+    from .errors import McpError
+    from .passes.quantize import QuantizeOptions
+
+    choice = i8.Int8Choice()
+    held = None
+    if options.checks.inputs is not None:
+        from .inputs import load_inputs
+
+        held = load_inputs(options.checks.inputs, floated[0])
+    quant, judge = i8.split(samples, held)
+    label = (f"{options.checks.inputs} ({len(judge)} samples)" if held is not None else
+             f"{options.accuracy.calibration_data} ({len(judge)} samples held out of the quantization: every "
+             f"{i8.HOLDOUT_EVERY}rd; --inputs judges on a folder of your own)")
+    choice.judged_on, choice.judge_samples, choice.quantize_samples = label, len(judge), len(quant)
+    choice.budget = dict(options.accuracy.budget) or default_budget("int8")
+    if len(quant) < i8.MIN_QUANTIZE or not judge:
+        choice.dropped = (f"needs at least {i8.HOLDOUT_EVERY} calibration samples (2 to quantize, 1 held out to "
+                          f"judge), or --inputs; {options.accuracy.calibration_data} has {len(samples)}")
+        return floated, options, choice, None
+    q_options = replace(options, quantize=QuantizeOptions(mode="int8", search=options.accuracy.auto_exclude is not False))
+    try:
+        model_q = load_model(input, check=False, infer_shapes=options.checks.infer_shapes)[0]
+        got = _run_passes(input, model_q, target, q_options, quant, list(floated[2]))
+    except AccuracyError as e:
+        choice.dropped = f"no int8 form within its budget: {e}"
+        return floated, options, choice, None
+    except McpError as e:
+        return floated, options, i8.failed(choice, e), None
+    choice.int8 = next((r.stats["int8"] for r in got[1] if r.name == "quantize-int8" and "int8" in r.stats), None)
+    if not _quantized_any(got[1]):
+        choice.dropped = "nothing was quantized to int8 (no Conv, MatMul or Gemm onnxruntime quantizes)"
+        return floated, options, choice, None
+    reference = input if fmt == "onnx" else load_model(input, check=False, infer_shapes=False)[0]
+    if not i8.judge(reference, got[0], judge, label, choice.budget, choice):
+        return floated, options, choice, None
+    seconds = float(getattr(options.target.params, "profile_seconds", None) or 20)
+    i8.time_pair(floated[0], got[0], [*judge, *quant], seconds, choice)
+    if not i8.faster(choice):
+        return floated, options, choice, None
+    choice.chosen = True
+    return got, q_options, choice, (quant, (judge, label))
 
 
 def _weight_bytes(model: Model) -> tuple[int, int]:

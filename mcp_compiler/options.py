@@ -147,15 +147,24 @@ class CompileOptions:
         if c.verify and t.name is None:
             raise UsageError("--verify needs --target or an .onnx output (it checks what was emitted; "
                              "an .mcpir file is checked by the target that serves it)")
-        if c.inputs is not None and not c.verify and self.quantize is None:
+        auto_int8 = self.quantize is None and getattr(t.params, "runtime", None) == "auto" and \
+            self.accuracy.calibration_data is not None   # int8 as a candidate of the runtime profile
+        if auto_int8 and getattr(t.params, "precision", "auto") != "auto":
+            raise UsageError("--calibration-data with --runtime auto measures an int8 candidate: it needs "
+                             f"--precision auto (got {t.params.precision}); --quantize int8 fixes int8")
+        if auto_int8 and c.verify and c.inputs is None:
+            raise UsageError("--runtime auto --calibration-data --verify needs --inputs DIR: an int8 entry is judged "
+                             "on real inputs that neither calibrated nor selected")
+        if c.inputs is not None and not c.verify and self.quantize is None and not auto_int8:
             raise UsageError("--inputs feeds --verify and the quantization accuracy report; give --verify (or --quantize)")
         if c.dims and not c.verify and self.quantize is None:
             raise UsageError("--dims sizes the inputs of --verify and of the quantization accuracy "
                              "report; give --verify (or --quantize)")
         if c.dims and c.inputs is not None:
             raise UsageError("--dims sizes generated inputs; with --inputs the arrays give the sizes")
-        if self.quantize is None and (self.accuracy.budget or self.accuracy.calibration_data):
-            raise UsageError("--accuracy-budget and --calibration-data need --quantize int8|int4|fp8|fp16|bf16")
+        if self.quantize is None and not auto_int8 and (self.accuracy.budget or self.accuracy.calibration_data):
+            raise UsageError("--accuracy-budget and --calibration-data need --quantize int8|int4|fp8|fp16|bf16 "
+                             "(or, for int8 as a candidate the runtime profile measures, --runtime auto)")
         if p.disabled and not self.has_pipeline:
             raise UsageError("--disable-pass needs a pipeline: give --target, --passes, --quantize or --opset")
         if (p.print_ir_after or p.explain or p.time_passes) and not self.has_pipeline:

@@ -248,9 +248,9 @@ class _Quantizer:
         if best is None:
             least = max(alone, key=lambda s: alone[s])
             raise AccuracyError(f"no selection of int8 nodes holds the budget "
-                                f"{','.join(f'{k}={v:g}' for k, v in self.budget.items())} on the selection samples: "
+                                f"{','.join(f'{k}={v:.10g}' for k, v in self.budget.items())} on the selection samples: "
                                 f"everything quantized: {trial.missed[0]}; the least damaging run of nodes alone "
-                                f"(run {least + 1} of {len(segments)}) reaches closeness {alone[least]:.4g}; keep the model at f32")
+                                f"(run {least + 1} of {len(segments)}) reaches closeness {alone[least]:.8g}; keep the model at f32")
         t, p = best
         # then each kept run given back to int8 where the rest alone still holds (least damaging first):
         # bisection over one order keeps a prefix, and a run inside it may not be needed

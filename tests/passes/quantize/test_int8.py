@@ -125,3 +125,85 @@ def test_verify_of_an_int8_entry_needs_real_inputs(tmp_path):
     assert r.exit_code == 2 and "give --inputs" in r.output, r.output
     r = runner.invoke(app, ["verify", str(src), str(tmp_path / "repo" / "det"), "--inputs", str(judge)])
     assert r.exit_code == 0, r.output
+
+
+# -- int8 as a candidate of the runtime profile (--runtime auto --calibration-data, issue 58 item 3) --
+
+def _auto(tmp_path, *extra):
+    src = tmp_path / "det.onnx"
+    _detector(src)
+    calib = _pictures(tmp_path / "calib", 9, 0)
+    return src, calib, runner.invoke(app, ["convert", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
+                                           "--runtime", "auto", "--calibration-data", str(calib), "--json", *extra])
+
+
+def test_runtime_auto_measures_int8_judged_on_held_out_samples(tmp_path):
+    src, calib, r = _auto(tmp_path)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    c = out["runtime_profile"]["int8"]
+    # 9 samples: 6 quantize (the pass's 3 calibrate, 3 select), every 3rd (3) judges
+    assert c["quantize_samples"] == 6 and c["judge_samples"] == 3 and "held out" in c["judged_on"]
+    assert c["int8"]["calibration_samples"] == 3 and c["int8"]["selection_samples"] == 3
+    assert c["accuracy"]["outputs"][0]["worst_slice"].startswith("axis 1")
+    assert c["rounds"] >= 5 and c["ratio_spread"][0] <= c["ratio"] <= c["ratio_spread"][1]
+    assert any(n.startswith("--runtime auto: int8") for n in out["notes"])
+    cfg = (tmp_path / "repo" / "det" / "config.pbtxt").read_text()
+    if c["chosen"]:   # the entry is what was measured: int8 kernels, judged by the int8 budget
+        assert c["ratio_spread"][1] < 1.0 and '"int8"' in cfg and out["quantization"]["mode"] == "int8"
+    else:             # the float entry, with the reason int8 was not taken
+        assert c["dropped"] and '"int8"' not in cfg and out["quantization"] is None
+
+
+def test_runtime_auto_takes_int8_where_it_is_faster_and_within_budget(tmp_path, monkeypatch):
+    # the timing stands in (a test never asserts a speed): int8 twice as fast in every pair
+    from mcp_compiler import int8_profile
+
+    def fast(model_f, model_q, samples, seconds, choice, clock=None):
+        choice.rounds, choice.float_ms, choice.int8_ms = 10, 2.0, 1.0
+        choice.ratio, choice.ratio_spread = 0.5, [0.45, 0.55]
+
+    monkeypatch.setattr(int8_profile, "time_pair", fast)
+    judge = _pictures(tmp_path / "judge", 4, 1)
+    src, calib, r = _auto(tmp_path, "--inputs", str(judge), "--verify")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    c = out["runtime_profile"]["int8"]
+    assert c["chosen"] and c["judged_on"].startswith(str(judge)) and c["quantize_samples"] == 9
+    assert out["quantization"]["mode"] == "int8" and out["quantization"]["quantized"]
+    assert out["quantization"]["accuracy"]["inputs"].startswith(str(judge))    # the report: held-out samples
+    assert out["verification"]["ok"] and out["verification"]["inputs"]["from"] == str(judge)
+    cfg = (tmp_path / "repo" / "det" / "config.pbtxt").read_text()
+    assert '"int8"' in cfg and "ort_dequantize_at_load" not in cfg
+    assert any("int8 chosen (2.00x" in n for n in out["notes"])
+    r = runner.invoke(app, ["verify", str(src), str(tmp_path / "repo" / "det"), "--inputs", str(judge)])
+    assert r.exit_code == 0, r.output
+
+
+def test_runtime_auto_drops_an_int8_candidate_outside_its_budget(tmp_path, monkeypatch):
+    from mcp_compiler import int8_profile
+
+    monkeypatch.setattr(int8_profile, "time_pair", lambda *a, **k: (_ for _ in ()).throw(AssertionError("timed")))
+    _, _, r = _auto(tmp_path, "--accuracy-budget", "cos=0.99999999")
+    assert r.exit_code == 0, r.output   # the float entry, not an error: int8 was a candidate
+    out = json.loads(r.output)
+    c = out["runtime_profile"]["int8"]
+    assert not c["chosen"] and "budget" in c["dropped"], c
+    assert out["quantization"] is None and '"int8"' not in (tmp_path / "repo" / "det" / "config.pbtxt").read_text()
+
+
+def test_runtime_auto_int8_refusals(tmp_path):
+    src = tmp_path / "det.onnx"
+    _detector(src)
+    calib = _pictures(tmp_path / "calib", 2, 0)
+    base = ["convert", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"), "--calibration-data", str(calib)]
+    r = runner.invoke(app, [*base, "--runtime", "auto", "--verify"])
+    assert r.exit_code == 2 and "needs --inputs" in r.output, r.output
+    r = runner.invoke(app, [*base, "--runtime", "auto", "--precision", "bf16"])
+    assert r.exit_code == 2 and "--precision auto" in r.output, r.output
+    r = runner.invoke(app, base)
+    assert r.exit_code == 2 and "--runtime auto" in r.output, r.output
+    assert not (tmp_path / "repo").exists()
+    r = runner.invoke(app, [*base, "--runtime", "auto", "--json"])   # 2 samples: none to hold out
+    assert r.exit_code == 0, r.output
+    assert "needs at least 3 calibration samples" in json.loads(r.output)["runtime_profile"]["int8"]["dropped"]
