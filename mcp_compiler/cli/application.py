@@ -104,6 +104,10 @@ def _failed(argv: list[str], kind: str, message: str, code: int, hint: str = "")
                                     indent=2) + "\n")
 
 
+from .help_layout import install as _install_help_layout  # noqa: E402
+
+_install_help_layout()   # flags never cut at 80 columns
+
 app = typer.Typer(
     cls=_Group,
     name="mcp-cli",

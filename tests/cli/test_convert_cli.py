@@ -77,3 +77,36 @@ def test_explain_pass_is_for_rule_sets(tmp_path):
     assert r.exit_code == 2 and "not a rule set" in r.stderr and "matmul-add-to-gemm" in r.stderr
     assert "identity-elimination" in r.stderr and "optimize-transposes" in r.stderr
     assert not (tmp_path / "repo").exists()
+
+
+def _commands(group, path=()):
+    import click
+
+    for name, cmd in group.commands.items():
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, (*path, name))
+        else:
+            yield (*path, name), cmd
+
+
+def test_help_never_cuts_a_flag_name_at_80_columns_and_up():
+    import typer.main
+
+    for path, cmd in _commands(typer.main.get_command(app)):
+        if getattr(cmd, "hidden", False):
+            continue
+        for width in (80, 100, 120):
+            r = runner.invoke(app, [*path, "--help"], terminal_width=width)
+            assert r.exit_code == 0, (path, r.output)
+            out = r.stdout
+            assert "…" not in out, f"{' '.join(path)} --help at {width} columns cuts: " + \
+                next(ln for ln in out.splitlines() if "…" in ln)
+            assert max(len(ln) for ln in out.splitlines()) <= width, (path, width)
+            flat = " ".join(out.split())
+            for p in cmd.params:
+                if getattr(p, "hidden", False) or p.param_type_name == "argument":
+                    continue
+                for flag in (*p.opts, *p.secondary_opts):
+                    assert flag in flat, f"{' '.join(path)} --help at {width} columns lacks {flag}"
+    r = runner.invoke(app, ["convert", "--help"], terminal_width=80)
+    assert len(r.stdout.splitlines()) < 300    # 486 lines, 25 flags cut, with typer's six-column layout
