@@ -195,6 +195,28 @@ def _check_request(req: KServeRequest) -> None:
         raise UsageError(f"--namespace {req.namespace!r} is not a Kubernetes namespace name")
 
 
+KSERVE_GRPC_PORT = 9000   # KServe's Triton runtime's --grpc-port
+
+
+def _streaming(container: dict[str, Any], model: str, notes: list[str]) -> None:
+    """A decoupled LLM entry streams its tokens over gRPC only: Knative routes one port of a
+    container, so that port is Triton's gRPC one, as h2c (REST is then not routed from outside).
+    The readiness probe asks Triton's HTTP port inside the pod (a probe of the h2c port would
+    speak HTTP/1 to a gRPC server), and the model is READY only after its KV-cache pool is
+    allocated (an explicit --kv-cache-bytes is committed at load, not on first use)."""
+    container["ports"] = [{"name": "h2c", "containerPort": KSERVE_GRPC_PORT, "protocol": "TCP"}]
+    container["args"] = [*container["args"], f"--grpc-port={KSERVE_GRPC_PORT}", f"--http-port={KSERVE_HTTP_PORT}"]
+    url = f"http://127.0.0.1:{KSERVE_HTTP_PORT}/v2/models/{model}/ready"
+    container["readinessProbe"] = {
+        "exec": {"command": ["python3", "-c", "import sys, urllib.request as u\n"
+                             f"try:\n    sys.exit(u.urlopen({url!r}, timeout=2).status != 200)\n"
+                             "except Exception:\n    sys.exit(1)"]},
+        "periodSeconds": 5, "failureThreshold": 3}
+    notes.append(f"{model} streams its tokens (a decoupled entry): the InferenceService routes Triton's gRPC port "
+                 f"({KSERVE_GRPC_PORT}, h2c) and not its REST one; clients stream with gRPC (mcp-cli generate "
+                 f"{model} PROMPT --url grpc://HOST:80), and it is READY once its KV-cache pool is allocated")
+
+
 def resources_for(cfg: Any, local: Path) -> dict[str, Any]:
     """CPU and memory requests and limits of one server pod from the entry: weights size, instance
     count, threads; one GPU when the instances are GPU ones."""
@@ -362,6 +384,8 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
                                "periodSeconds": 5, "failureThreshold": 3},
         },
     }
+    if res["kv_cache_bytes"]:
+        _streaming(predictor["model"], model, notes)
     if shm:
         predictor["volumes"] = [shm[0]]
         predictor["model"]["volumeMounts"] = [shm[1]]

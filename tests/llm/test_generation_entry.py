@@ -92,6 +92,63 @@ def test_kserve_pod_memory_covers_weights_and_pool(tiny, tmp_path):
     text = "\n".join(p.read_text() for p in (tmp_path / "k2").rglob("*.yaml"))
     mem = [int(m) for m in __import__("re").findall(r"memory: '?(\d+)Mi", text)]
     assert mem and min(mem) >= 512
+    # the tokens stream over gRPC: the InferenceService routes Triton's gRPC port (h2c), and its
+    # readiness asks the model's READY on the pod's HTTP port
+    import yaml
+
+    model = yaml.safe_load((tmp_path / "k2" / "inferenceservice.yaml").read_text())["spec"]["predictor"]["model"]
+    assert model["ports"] == [{"name": "h2c", "containerPort": 9000, "protocol": "TCP"}]
+    assert "--grpc-port=9000" in model["args"] and "--http-port=8080" in model["args"]
+    code = model["readinessProbe"]["exec"]["command"][2]
+    assert "/v2/models/g/ready" in code and any("streams its tokens" in n for n in json.loads(r.stdout)["notes"])
+    _probe_answers(code)
+
+
+def _probe_answers(code: str) -> None:
+    """The probe's own code, pointed at a local server: exit 0 on 200, 1 on 400 or nothing there."""
+    import http.server
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    class H(http.server.BaseHTTPRequestHandler):
+        status = 200
+
+        def do_GET(self):
+            self.send_response(H.status)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        local = code.replace("127.0.0.1:8080", f"127.0.0.1:{srv.server_port}")
+        assert subprocess.run([sys.executable, "-c", local]).returncode == 0
+        H.status = 400
+        assert subprocess.run([sys.executable, "-c", local]).returncode == 1
+    finally:
+        srv.shutdown()
+    with socket.socket() as s:   # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    assert subprocess.run([sys.executable, "-c", code.replace("127.0.0.1:8080", f"127.0.0.1:{free}")]).returncode == 1
+
+
+def test_a_pool_of_a_given_size_is_held_from_the_load_on():
+    from mcp_compiler.targets.triton.runtime.engine import SlotPool
+
+    def rss() -> int:
+        return int(open("/proc/self/statm").read().split()[1]) * 4096
+
+    before = rss()
+    lazy = SlotPool(2, 2048, 16, 4, 2, 64)   # 2 slots x 2048 tokens x 4 layers x (k, v) x 2 heads x 64 x 4 B: 16 MiB
+    assert lazy.nbytes == 16 << 20 and rss() - before < 4 << 20
+    before = rss()
+    held = SlotPool(2, 2048, 16, 4, 2, 64, commit=True)
+    assert rss() - before >= 15 << 20 and held.nbytes == 16 << 20
 
 
 def test_onnx_decoders_packed_become_generation_entries_plain_ones_their_raw_step(tiny, tmp_path):

@@ -50,7 +50,10 @@ class SlotPool:
     """The cache of up to `slots` sequences of at most `capacity` tokens each, and the keys of
     the full blocks each slot holds."""
 
-    def __init__(self, slots: int, capacity: int, block_size: int, layers: int, kv_heads: int, head_size: int) -> None:
+    def __init__(self, slots: int, capacity: int, block_size: int, layers: int, kv_heads: int, head_size: int,
+                 commit: bool = False) -> None:
+        """`commit`: the pages written now (the memory held from the load on: a pod too small
+        fails its load, not a request mid-stream); else they are taken as the cache fills."""
         if slots < 1 or block_size < 1 or capacity < block_size:
             raise ValueError(f"a pool needs a slot of at least one block: {slots} slots x {capacity} tokens, "
                              f"blocks of {block_size}")
@@ -58,6 +61,9 @@ class SlotPool:
         self.slots, self.capacity, self.block_size = slots, capacity, block_size
         self.layers, self.kv_heads, self.head_size = layers, kv_heads, head_size
         self.kv = [np.zeros((slots, kv_heads, capacity, head_size), np.float32) for _ in range(2 * layers)]
+        if commit:
+            for a in self.kv:
+                a.fill(0.0)
         self.keys: list[list[bytes]] = [[] for _ in range(slots)]     # slot -> its full blocks' keys, in order
         self.by_key: dict[bytes, tuple[int, int]] = {}                # key -> (slot, block)
         self.free: OrderedDict[int, None] = OrderedDict((s, None) for s in range(slots))  # front: reused first

@@ -77,7 +77,8 @@ class TritonPythonModel:
         if tokens < bs:
             raise pb_utils.TritonModelException(f"kv_cache_bytes {budget} holds no block of {bs} tokens for each of "
                                                 f"{slots} sequences ({per_token} bytes a token)")
-        self.pool = SlotPool(slots, tokens, bs, d.layers, d.kv_heads, d.head_size)
+        # a pool sized by the user (--kv-cache-bytes) is held from the load on: READY means allocated
+        self.pool = SlotPool(slots, tokens, bs, d.layers, d.kv_heads, d.head_size, commit=bool(g["kv_cache_bytes"]))
         eos = info.eos_ids if info is not None else []
         timeout = g["queue_timeout_ms"] / 1000 if g["queue_timeout_ms"] else None
         self.engine = Engine(self.model.session, self.pool, context=self.context, eos_ids=eos, vocab=d.vocab,
