@@ -500,7 +500,8 @@ def _emit(model: Model, target, input, output: Path, options: CompileOptions,  #
         name=name, force=t.force, params=t.params,
         quantization=options.quantize.mode if quantized else "none",
         budget=dict(options.accuracy.budget) if quantized and options.accuracy.budget else None,
-        load_check=t.load_check, check=verify_staged if options.checks.verify else None))
+        load_check=t.load_check, inputs=options.checks.inputs,
+        check=verify_staged if options.checks.verify else None))
     report.output = str(output) if target.output_suffix else str(result.root)
     report.files = result.files
     report.output_bytes = sum((result.root / f).stat().st_size for f in result.files)

@@ -207,11 +207,12 @@ Loader = Callable[[Candidate], Callable[[dict], list]]
 
 def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto",  # noqa: ANN001 - an IR Model
            seconds: float = 20.0, m: Machine | None = None, clock: Callable[[], float] = time.perf_counter,
-           dims: dict[str, int] | None = None) -> Profile:
+           dims: dict[str, int] | None = None, user: list[dict] | None = None) -> Profile:
     """Measure the candidates for `model` (its interface makes the inputs); `load(candidate)`
     gives a feeds -> outputs function as the served runtime runs it, or raises. With `runtime`
     or `precision` forced, only those candidates can win (onnxruntime fp32 is still the
-    reference)."""
+    reference). `user`: the user's own samples (--inputs), judged on beside the random ones: a
+    winner that misses its budget on them is dropped as on any judging sample."""
     start = clock()
     m = m or machine()
     cands = candidates(m, runtime, precision)
@@ -266,7 +267,7 @@ def choose(model, load: Loader, *, runtime: str = "auto", precision: str = "auto
         try:
             if not judge:   # made only where a candidate is judged: large inputs take long to draw
                 judge = [_request(model, p, JUDGE_SEED + k) for k in range(n_judge)] + _check_samples(
-                    model, checks, n_judge)
+                    model, checks, n_judge) + list(user or [])
                 prof.judge_samples = len(judge)
             reference = reference or [checked[base.key](f) for f in judge]
             c.judged = _accuracy(reference, [checked[c.key](f) for f in judge])

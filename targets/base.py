@@ -32,6 +32,7 @@ class TargetOptions:
     quantization: str = "none"       # what the pipeline quantized to (one source: CompileOptions)
     budget: dict[str, float] | None = None   # --accuracy-budget a quantized entry was built with (recorded)
     load_check: bool = True          # the target's runtime loads the staged artifacts first
+    inputs: str | None = None        # the user's --inputs: a measured execution is judged on them too
     # Called with the staged entry before it replaces anything (e.g. verify); raising stops the emit.
     check: Callable[[Path], None] | None = None
 

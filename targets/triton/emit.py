@@ -136,7 +136,7 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
             if backend == "python" and params.runtime != "onnxruntime":
                 # measured after the load check (nothing else runs beside the timing), before the
                 # check: verify then runs the entry with the execution chosen
-                profile = _choose_execution(model, vdir, cfg, params, warnings)
+                profile = _choose_execution(model, vdir, cfg, params, warnings, options.inputs)
                 (tmp / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")
             if options.check is not None:
                 options.check(tmp)
@@ -158,10 +158,13 @@ def emit_repository(model: Model, out_dir: Path, options: TargetOptions, params:
     return EmitResult(final, files, cfg, warnings, runtime_profile=profile)
 
 
-def _choose_execution(model: Model, vdir: Path, cfg, params: ServingParams, warnings: list) -> dict | None:  # noqa: ANN001
+def _choose_execution(model: Model, vdir: Path, cfg, params: ServingParams, warnings: list,  # noqa: ANN001
+                      inputs: str | None = None) -> dict | None:
     """--runtime auto (or openvino with --precision auto): the profile's choice into the config
     (mcp_execution, mcp_precision, and the budget it was judged by, mcp_budget); a fixed
-    --runtime openvino --precision P: its budget only. Returns the profile as a dict, or None."""
+    --runtime openvino --precision P: its budget only. Returns the profile as a dict, or None.
+    With `inputs` (the user's --inputs) the winner is judged on those samples too: what --verify
+    and `mcp-cli verify` judge the entry on is never left to random draws alone."""
     import json
 
     from mcp_compiler import profile as prof
@@ -173,8 +176,13 @@ def _choose_execution(model: Model, vdir: Path, cfg, params: ServingParams, warn
         cfg.parameters[P.BUDGET].string_value = json.dumps(budget, sort_keys=True)
         return None
 
+    user = None
+    if inputs is not None:
+        from mcp_compiler.inputs import load_inputs
+
+        user = load_inputs(inputs, model)
     p = prof.choose(model, execution_loader(vdir), runtime=params.runtime, precision=params.precision,
-                    seconds=float(params.profile_seconds), dims=dict(params.warmup_dims) or None)
+                    seconds=float(params.profile_seconds), dims=dict(params.warmup_dims) or None, user=user)
     c = p.chosen
     if (c.runtime, c.precision) != ("onnxruntime", "f32"):
         cfg.parameters[P.EXECUTION].string_value = c.runtime
@@ -182,7 +190,8 @@ def _choose_execution(model: Model, vdir: Path, cfg, params: ServingParams, warn
         cfg.parameters[P.BUDGET].string_value = json.dumps(c.budget, sort_keys=True)
     judged = any(x.judged is not None for x in p.candidates)   # nothing is judged where onnxruntime stays
     warnings.append(Note(f"--runtime {params.runtime}: {c.key} chosen ({_why(p)}; {p.rounds} paired rounds in "
-                         f"{p.seconds:.1f} s" + (f", judged on {p.judge_samples} samples the choice never saw)"
+                         f"{p.seconds:.1f} s" + (f", judged on {p.judge_samples} samples the choice never saw"
+                                                 + (f", {len(user)} of them --inputs" if user else "") + ")"
                                                  if judged else ")")))
     return p.to_dict()
 

@@ -164,9 +164,14 @@ def test_runtime_auto_takes_int8_where_it_is_faster_and_within_budget(tmp_path, 
         choice.ratio, choice.ratio_spread = 0.5, [0.45, 0.55]
 
     monkeypatch.setattr(int8_profile, "time_pair", fast)
+    from mcp_compiler import profile as P
+
+    choose, given = P.choose, []   # the execution profile after it: judged on the user's inputs too
+    monkeypatch.setattr(P, "choose", lambda *a, **k: given.append(k.get("user")) or choose(*a, **k))
     judge = _pictures(tmp_path / "judge", 4, 1)
     src, calib, r = _auto(tmp_path, "--inputs", str(judge), "--verify")
     assert r.exit_code == 0, r.output
+    assert len(given) == 1 and len(given[0]) == 4 and set(given[0][0]) == {"x"}
     out = json.loads(r.output)
     c = out["runtime_profile"]["int8"]
     assert c["chosen"] and c["judged_on"].startswith(str(judge)) and c["quantize_samples"] == 9
