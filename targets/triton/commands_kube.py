@@ -19,14 +19,19 @@ def percent_list(text: str | None) -> list[int] | None:
 
 
 def kserve_command(rep, entry: Path, json_out: bool, dockerfile: bool, output: str, force: bool,  # noqa: ANN001
-                   apply: bool, plain: bool, kubeconfig: Optional[str], timeout: float, request: dict) -> None:
+                   apply: bool, plain: bool, kubeconfig: Optional[str], timeout: float, check_image: bool,
+                   request: dict) -> None:
     from . import kserve as ks
 
+    checked = _check_image(rep, entry) if check_image else None
     if dockerfile:
-        from .entry import Entry
+        from .entry import Entry, execution_of
 
-        local = Entry.read(entry).local
-        rep.out.print(ks.dockerfile_text(ks.entry_opset(local)).rstrip("\n"), markup=False)
+        e = Entry.read(entry)
+        text = ks.dockerfile_text(ks.entry_opset(e.local), execution_of(e.config))
+        if checked is not None:
+            text = f"# checked: {checked.line()}\n{text}"
+        rep.out.print(text.rstrip("\n"), markup=False)
         return
     if plain and not apply:
         raise UsageError("--plain picks what --apply applies; both are written without it")
@@ -46,7 +51,14 @@ def kserve_command(rep, entry: Path, json_out: bool, dockerfile: bool, output: s
         ks.check_output_folder(m, output, force)
         written = ks.write(m, output)
         applied = ks.apply(m, plain=plain, kubeconfig=kubeconfig, timeout=timeout) if apply else []
-    rep.json({**m.to_dict(), "written": [str(p) for p in written], "applied": applied})
+    if checked is not None:
+        m.notes.insert(0, f"checked: {checked.line()}")
+    elif m.dockerfile is not None:
+        m.notes.append(f"the image runs onnxruntime {ks.image_pins()['onnxruntime']} (the newest for its Python "
+                       f"{ks.IMAGE_PYTHON[ks.TRITON_RUNTIME_VERSION]}); --check-image-runtime measures this entry on "
+                       "it against the onnxruntime it was verified with")
+    rep.json({**m.to_dict(), "written": [str(p) for p in written], "applied": applied,
+              "image_check": checked.to_dict() if checked is not None else None})
     if json_out:
         return
     s = m.scaling
@@ -70,3 +82,16 @@ def kserve_command(rep, entry: Path, json_out: bool, dockerfile: bool, output: s
         rep.out.print(f"next: upload {Path(entry).parent}/ to {request['storage_uri']}, then "
                       f"kubectl apply -f {output / 'inferenceservice.yaml'}   (without KServe: kubectl apply -f "
                       f"{output / 'plain' / 'triton.yaml'})", markup=False)
+
+
+def _check_image(rep, entry: Path):  # noqa: ANN001, ANN202 - a Reporter; image_runtime.ImageCheck
+    """--check-image-runtime: the entry in the image's runtime against the verified one, before
+    anything is written (outside its budget: VerificationError, exit 1)."""
+    from . import kserve as ks
+    from .entry import Entry, execution_of
+    from .image_runtime import check
+
+    e = Entry.read(entry)
+    with rep.status(f"checking {entry} in the image's runtime"):
+        return check(e, ks.image_pins(execution_of(e.config)), ks.TRITON_IMAGE,
+                     lambda line: rep.err.print(f"note: {line}", markup=False))

@@ -418,6 +418,10 @@ def deploy(
                                              help="Default: $KUBECONFIG or ~/.kube/config."),
     dockerfile: bool = typer.Option(False, "--dockerfile", rich_help_panel="Kubernetes (KServe)",
                                     help="Print the Dockerfile of a server image for python-backend entries; write nothing."),
+    check_image: bool = typer.Option(False, "--check-image-runtime", rich_help_panel="Kubernetes (KServe)",
+                                     help="Run the entry in the image's onnxruntime (installed once in a cached "
+                                     "venv) and in the verified one on the same samples: the difference printed, "
+                                     "nothing written outside the entry's execution budget."),
     json_out: bool = JsonOpt, debug: bool = DebugOpt,
 ) -> None:
     """Upload a model to a running Triton (model repository extension), wait for READY, smoke-test it;
@@ -442,7 +446,7 @@ def deploy(
             if conn.url is not None:
                 raise UsageError("--kserve writes manifests for a cluster; --url pushes to one server: give one")
             return kserve_command(rep, entry, json_out, dockerfile, output, force, apply, plain, kubeconfig, conn.timeout,
-                           dict(storage_uri=storage_uri, namespace=namespace, name=service_name,
+                           check_image, dict(storage_uri=storage_uri, namespace=namespace, name=service_name,
                                 min_replicas=min_replicas, max_replicas=max_replicas, canary_percent=canary_percent,
                                 promote=promote, tune_report=from_tune, image=image, service_account=service_account,
                                 canary_steps=percent_list(canary_steps), max_p99_ms=max_p99_ms,
@@ -454,7 +458,8 @@ def deploy(
                                    ("--from-tune", from_tune), ("--image", image), ("--apply", apply),
                                    ("--promote", promote), ("--service-account", service_account),
                                    ("--canary-steps", canary_steps), ("--max-p99-ms", max_p99_ms),
-                                   ("--kube-version", kube_version != "1.30")) if v]
+                                   ("--kube-version", kube_version != "1.30"),
+                                   ("--check-image-runtime", check_image)) if v]
         if k8s_only:
             raise UsageError(f"{k8s_only[0]} goes with --kserve")
         if conn.url is None:

@@ -93,6 +93,11 @@ class Entry:
         return self._model
 
 
+def execution_of(cfg: Any) -> str:
+    """The python runtime's execution a config names (mcp_execution; onnxruntime when none)."""
+    return cfg.parameters[P.EXECUTION].string_value if P.EXECUTION in cfg.parameters else "onnxruntime"
+
+
 def read_config(entry: str | os.PathLike, *, missing: str | None = None) -> Any:
     """The ModelConfig of DIR/NAME/config.pbtxt. `missing` is the usage line for an entry with no
     config.pbtxt (default: "DIR: not a model repository entry")."""

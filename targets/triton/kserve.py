@@ -24,7 +24,7 @@ from typing import Any
 
 from mcp_compiler.errors import InvalidModelError, McpError, UsageError
 
-from .entry import int_parameter
+from .entry import execution_of, int_parameter
 from .kserve_validate import ARGO_API, KUBERNETES_VERSION, KubeLibraryError, ManifestError, kube_version, lib, validate  # noqa: F401 - re-exported
 from .runtime import params as P
 
@@ -344,7 +344,7 @@ def build(entry: Path, req: KServeRequest) -> Manifests:
     dockerfile = None
     image = req.image
     if backend == "python":
-        dockerfile = dockerfile_text(entry_opset(local))
+        dockerfile = dockerfile_text(entry_opset(local), execution_of(cfg))
         if image is None:
             raise UsageError("give --image: this entry runs mcp-cli's python runtime on onnxruntime, which "
                              f"{TRITON_IMAGE} lacks; build one FROM it with onnxruntime, numpy<2 and flatbuffers "
@@ -548,9 +548,19 @@ def _plain(svc: str, model: str, req: KServeRequest, resources: dict, image: str
     return [deployment, service, hpa]
 
 
-def image_pins() -> dict[str, str]:
-    """The python runtime's packages for the image's Python (RUNTIME_PINS)."""
-    return RUNTIME_PINS[IMAGE_PYTHON[TRITON_RUNTIME_VERSION]]
+def image_pins(execution: str = "onnxruntime") -> dict[str, str]:
+    """The python runtime's packages for the image's Python (RUNTIME_PINS); an entry that runs on
+    OpenVINO adds the OpenVINO release it was verified with, this machine's (it has cp310 wheels)."""
+    pins = dict(RUNTIME_PINS[IMAGE_PYTHON[TRITON_RUNTIME_VERSION]])
+    if execution == "openvino":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            pins["openvino"] = version("openvino")
+        except PackageNotFoundError:
+            raise UsageError("this entry runs on OpenVINO: its image pins the OpenVINO it was verified with, "
+                             "and none is installed here (pip install 'mcp-cli[openvino]')") from None
+    return pins
 
 
 def entry_opset(local: Path) -> int | None:
@@ -562,10 +572,10 @@ def entry_opset(local: Path) -> int | None:
     return read_mcpir(f).opset_imports.get("", None) if f.is_file() else None
 
 
-def dockerfile_text(opset: int | None = None) -> str:
+def dockerfile_text(opset: int | None = None, execution: str = "onnxruntime") -> str:
     """The server image of python-backend entries: Triton's plus the runtime's packages, pinned for
     the image's Python; an entry of an opset newer than that onnxruntime runs is refused."""
-    pins = image_pins()
+    pins = image_pins(execution)
     ort, py = pins["onnxruntime"], IMAGE_PYTHON[TRITON_RUNTIME_VERSION]
     if opset is not None and opset > ORT_MAX_OPSET[ort]:
         raise UsageError(f"this entry is opset {opset}; onnxruntime {ort}, the newest with a wheel for the Python "

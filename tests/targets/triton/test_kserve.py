@@ -182,25 +182,123 @@ def test_a_python_backend_entry_needs_an_image_with_onnxruntime(entries, tmp_pat
 
 
 def test_the_image_pins_are_installable_for_the_images_python(tmp_path):
-    """Every pin of the Dockerfile has a wheel for the Python of the Triton image it names (asked of
-    the package index; skipped where none answers)."""
+    """Every pin of the Dockerfile, OpenVINO's for an OpenVINO entry included, has a wheel for the
+    Python of the Triton image it names (asked of the package index, nothing downloaded: a dry
+    run; skipped where no index answers)."""
     import subprocess
     import sys
 
     from mcp_compiler.targets.triton import kserve as ks
 
     py = ks.IMAGE_PYTHON[ks.TRITON_RUNTIME_VERSION]
-    pins = [f"{k}=={v}" for k, v in ks.image_pins().items()]
-    r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-                        "--python-version", py, "--platform", "manylinux_2_28_x86_64", "--platform",
-                        "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64", "-d", str(tmp_path), *pins],
-                       capture_output=True, text=True, timeout=600)
+    want = dict(ks.image_pins())
+    if importlib.util.find_spec("openvino"):
+        want = ks.image_pins("openvino")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
+                        "--only-binary=:all:", "-q", "--python-version", py, "--platform", "manylinux_2_28_x86_64",
+                        "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
+                        "--target", str(tmp_path / "t"), "--report", str(tmp_path / "r.json"),
+                        *[f"{k}=={v}" for k, v in want.items()]], capture_output=True, text=True, timeout=600)
     if r.returncode != 0 and any(t in r.stderr for t in ("NewConnectionError", "Network is unreachable",
                                                          "Temporary failure in name resolution")):
         pytest.skip("no package index reachable")
     assert r.returncode == 0, r.stderr[-2000:]
-    got = {f.name.split("-")[0].lower(): f.name.split("-")[1] for f in tmp_path.glob("*.whl")}
-    assert got == {k.lower(): v for k, v in ks.image_pins().items()}, got
+    got = {i["metadata"]["name"].lower(): (i["metadata"]["version"], i["download_info"]["url"].rsplit("/", 1)[-1])
+           for i in json.loads((tmp_path / "r.json").read_text())["install"]}
+    assert {k: v for k, (v, _) in got.items()} == {k.lower(): v for k, v in want.items()}, got
+    tag = "cp" + py.replace(".", "")
+    assert all(f.endswith("py3-none-any.whl") or f"-{tag}-" in f for _, f in got.values()), got
+
+
+def test_an_openvino_entry_s_image_carries_the_openvino_it_was_verified_with(tmp_path):
+    pytest.importorskip("openvino", reason="openvino not installed (pip install -e '.[openvino]')")
+    from importlib.metadata import version
+
+    r = runner.invoke(app, ["convert", str(MLP), "-t", "triton-v1.12", "-o", str(tmp_path / "repo"),
+                            "--runtime", "openvino", "--precision", "f32"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["deploy", str(tmp_path / "repo" / "model"), "--kserve", "--dockerfile"])
+    assert r.exit_code == 0 and f"openvino=={version('openvino')}" in r.stdout, r.output
+    r = runner.invoke(app, ["deploy", str(entries_mlp(tmp_path)), "--kserve", "--dockerfile"])
+    assert r.exit_code == 0 and "openvino" not in r.stdout, r.output
+
+
+def entries_mlp(tmp_path):
+    compile_model(MLP, tmp_path / "plain", CompileOptions.for_target("triton-v1.12", "mlp"))
+    return tmp_path / "plain" / "mlp"
+
+
+def _fake_image_venv(tmp_path, scale: float):
+    """A stand-in for the image's venv: this Python running the check's own runner, its outputs
+    then scaled by `scale` (as another onnxruntime release computing the model otherwise would)."""
+    import sys
+
+    venv = tmp_path / "fake-venv"
+    (venv / "bin").mkdir(parents=True)
+    py = venv / "bin" / "python"
+    py.write_text(f"#!{sys.executable}\n"
+                  "import sys\nimport numpy as np\n"
+                  "code, args = sys.argv[2], sys.argv[3:]\nsys.argv = ['-c', *args]\n"
+                  "exec(compile(code, '<runner>', 'exec'), {'__name__': '__main__'})\n"
+                  "z = dict(np.load(args[3]))\n"
+                  f"np.savez(args[3], **{{k: v * {scale!r} for k, v in z.items()}})\n")
+    py.chmod(0o755)
+    return venv
+
+
+def test_check_image_runtime_writes_nothing_when_the_image_computes_the_entry_otherwise(entries, tmp_path,
+                                                                                      monkeypatch):
+    from mcp_compiler.targets.triton import image_runtime as ir
+
+    monkeypatch.setattr(ir, "venv_for", lambda pins, say=None: _fake_image_venv(tmp_path, 1.01))
+    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--check-image-runtime")
+    message = out["error"]["message"]
+    assert r.exit_code == 1 and out["error"]["type"] == "VerificationError", r.output
+    assert "outside cos=0.99999, rel=0.001" in message and "relative error 0.01" in message, message
+    assert not (tmp_path / "m").exists()
+    r = runner.invoke(app, ["deploy", str(entries / "repo" / "mlp"), "--kserve", "--dockerfile",
+                            "--check-image-runtime"])
+    assert r.exit_code == 1 and "FROM" not in r.stdout, r.output
+    # the same outputs: within, said in the notes and the report
+    monkeypatch.setattr(ir, "venv_for", lambda pins, say=None: _fake_image_venv(tmp_path / "same", 1.0))
+    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--check-image-runtime")
+    assert r.exit_code == 0 and out["image_check"]["ok"] and out["image_check"]["samples"] == ir.SAMPLES, r.output
+    assert out["image_check"]["accuracy"]["max_abs"] == 0 and out["notes"][0].startswith("checked: ")
+    r = runner.invoke(app, ["deploy", str(entries / "repo" / "mlp"), "--check-image-runtime", "--url",
+                            "grpc://127.0.0.1:1"])
+    assert r.exit_code == 2 and "--check-image-runtime goes with --kserve" in r.output, r.output
+
+
+def test_without_the_check_a_note_says_the_image_runs_another_onnxruntime(entries, tmp_path):
+    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m")
+    assert r.exit_code == 0 and out["image_check"] is None
+    assert any("the image runs onnxruntime 1.23.2" in n and "--check-image-runtime" in n for n in out["notes"])
+
+
+@pytest.mark.slow
+def test_check_image_runtime_installs_the_images_onnxruntime_and_runs_the_entry_in_it(entries, tmp_path,
+                                                                                     monkeypatch):
+    """The real thing: the image's pins installed in a venv of this Python (once, in the cache),
+    the entry's bundled runtime run there and here; skipped where no package index answers."""
+    from mcp_compiler.targets.triton import image_runtime as ir
+    from mcp_compiler.targets.triton import kserve as ks
+
+    try:
+        venv = ir.venv_for(ks.image_pins())
+    except Exception as e:
+        if any(t in str(e) for t in ("NewConnectionError", "Network is unreachable", "name resolution",
+                                     "No matching distribution")):
+            pytest.skip(f"no package index reachable: {e}")
+        raise
+    assert (venv / "complete").is_file()
+    r, out = _kserve(entries / "repo" / "mlp", tmp_path / "m", "--check-image-runtime")
+    assert r.exit_code == 0, r.output
+    c = out["image_check"]
+    assert c["ok"] and c["image_versions"]["onnxruntime"] == ks.image_pins()["onnxruntime"]
+    import onnxruntime
+
+    assert c["verified_versions"]["onnxruntime"] == onnxruntime.__version__
+    assert "installing" not in r.stderr   # made once: the cached one is used
 
 
 def test_an_entry_newer_than_the_images_onnxruntime_is_refused(entries, monkeypatch):
