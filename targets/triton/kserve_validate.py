@@ -108,8 +108,9 @@ def validate_kserve(doc: dict, where: str) -> None:
 
 
 def validate_argo(d: dict, where: str, kv, version: str = KUBERNETES_VERSION) -> None:  # noqa: ANN001 - kubernetes_validate
-    """Argo Rollouts' kinds (no package ships their CRD schemas): the fields its documentation
-    requires, and the pod template against Kubernetes' own schema (as a Deployment's)."""
+    """Argo Rollouts' kinds: the fields its documentation requires, and the pod template against
+    Kubernetes' own schema (as a Deployment's). Its CRD schemas ship only as node validators (npm
+    @kubernetes-models/argo-rollouts): the tests check the manifests against those too."""
     def need(ok: bool, what: str) -> None:
         if not ok:
             raise ManifestError(f"{where}: {what}")

@@ -788,3 +788,47 @@ def test_a_stable_pod_never_reads_the_canarys_storage(entries, tmp_path):
         "predictor"]["model"]["storageUri"]), r.output
     r, out = _kserve(v1, tmp_path / "g", "--storage-uri", "s3://b/{sha}/r")
     assert r.exit_code == 2 and "braces only as {version}" in out["error"]["message"], r.output
+
+
+@pytest.mark.parametrize("extra", [
+    [],
+    ["--canary-steps", "25,50,100", "--analysis-count", "3", "--analysis-failure-limit", "0",
+     "--analysis-min-requests", "10", "--step-pause", "30s", "--prometheus-url", "http://prometheus.monitoring:9090"],
+])
+def test_the_rollout_and_its_analysis_pass_argo_rollouts_own_schemas(entries, tmp_path, extra):
+    """issue 61: the Rollout and AnalysisTemplate against the schemas Argo Rollouts' Go types
+    generate (npm @kubernetes-models/argo-rollouts, pinned in tests/argo_schemas): its validators
+    pass, and no field of ours is one its types do not declare."""
+    import _argo_schema as argo
+
+    args = extra or [*ROLL]
+    if "--max-p99-ms" not in args:
+        args = [*args, "--max-p99-ms", "50"]
+    r, _ = _kserve(entries / "repo" / "mlp", tmp_path / "m", *args)
+    assert r.exit_code == 0, r.output
+    docs = list(yaml.safe_load_all((tmp_path / "m" / "rollout" / "rollout.yaml").read_text()))
+    assert [d["kind"] for d in docs] == ["Rollout", "AnalysisTemplate"]
+    assert argo.validate(docs) == [None, None]
+    assert [argo.unknown_fields(d) for d in docs] == [[], []]
+
+
+def test_argo_rollouts_schemas_catch_a_misspelt_field_and_a_wrong_type(entries, tmp_path):
+    """The schema check itself can fail: a misspelt field (which a server without the CRD's
+    structural schema would drop silently) and a weight that is not a number."""
+    import copy
+
+    import _argo_schema as argo
+
+    r, _ = _kserve(entries / "repo" / "mlp", tmp_path / "m", *ROLL)
+    assert r.exit_code == 0, r.output
+    rollout, analysis = yaml.safe_load_all((tmp_path / "m" / "rollout" / "rollout.yaml").read_text())
+    misspelt = copy.deepcopy(rollout)
+    misspelt["spec"]["strategy"]["canary"]["stepz"] = misspelt["spec"]["strategy"]["canary"].pop("steps")
+    typo = copy.deepcopy(analysis)
+    typo["spec"]["metrics"][0]["provider"]["prometheus"]["adress"] = "http://p:9090"
+    assert argo.unknown_fields(misspelt) == ["spec.strategy.canary.stepz"]
+    assert argo.unknown_fields(typo) == ["spec.metrics[0].provider.prometheus.adress"]
+    wrong = copy.deepcopy(rollout)
+    wrong["spec"]["strategy"]["canary"]["steps"][0]["setWeight"] = "ten"
+    got = argo.validate([wrong, analysis])
+    assert got[0] and "setWeight must be integer" in got[0] and got[1] is None
