@@ -296,9 +296,9 @@ class Reporter:
                            f"cosine {o.cosine:.6f}{sl}  {state}", markup=False)
         for w in getattr(r, "warnings", None) or ():
             self.warning(w)
-        for o in getattr(r, "as_user_runs", None) or ():
-            self.out.print(f"  {o['name']} against onnxruntime's default optimization (int8 kernels, as a user runs "
-                           f"the original): max abs {o['max_abs']:.3g}, max rel {o['max_rel']:.3g}, "
+        for o in getattr(r, "at_basic_level", None) or ():
+            self.out.print(f"  {o['name']} against onnxruntime's basic optimization (quantized weights dequantized "
+                           f"by constant folding): max abs {o['max_abs']:.3g}, max rel {o['max_rel']:.3g}, "
                            f"cosine {o['cosine']:.6f}  (reported, not judged)", markup=False)
 
     # -- zoo ----------------------------------------------------------------------------------
