@@ -162,8 +162,9 @@ def main() -> None:
                 auto, ta = _convert(files[n], repo, "auto", ["--runtime", "auto", "--calibration-data", str(cal),
                                                              "--inputs", str(judge), "--verify"])
                 row["convert_auto_s"] = round(ta, 1)
+                here = str(tmp / n) + "/"   # (the temporary folder says nothing)
                 if "error" in auto:
-                    row["served"] = {"error": str(auto["error"].get("message"))[:200]}
+                    row["served"] = {"error": str(auto["error"].get("message")).replace(here, "")[:200]}
                 else:
                     rp = auto.get("runtime_profile") or {}
                     c8 = rp.get("int8") or {}
@@ -174,7 +175,7 @@ def main() -> None:
                         "f32_rps": round(statistics.median(rates["f32"]), 1),
                         "auto_rps": round(statistics.median(rates["auto"]), 1),
                         "ratio": round(statistics.median(sr), 2), "spread": [round(min(sr), 2), round(max(sr), 2)],
-                        "int8": "chosen" if c8.get("chosen") else f"not taken: {c8.get('dropped')}"[:160],
+                        "int8": "chosen" if c8.get("chosen") else f"not taken: {c8.get('dropped')}".replace(here, "")[:160],
                         "execution": rp.get("chosen"), "verify_ok": (auto.get("verification") or {}).get("ok")}
             if not q.get("ok", True) or "error" in q:
                 msg = q.get("error", {}).get("message", "?")
