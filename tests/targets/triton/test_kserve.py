@@ -832,3 +832,30 @@ def test_argo_rollouts_schemas_catch_a_misspelt_field_and_a_wrong_type(entries, 
     wrong["spec"]["strategy"]["canary"]["steps"][0]["setWeight"] = "ten"
     got = argo.validate([wrong, analysis])
     assert got[0] and "setWeight must be integer" in got[0] and got[1] is None
+
+
+def test_the_dockerfile_builds_where_docker_is_present(entries, tmp_path):
+    """issue 61: the Dockerfile `--dockerfile` prints builds, and its image's onnxruntime is the pin;
+    skipped with the reason where docker, its daemon or the base image's registry is not there."""
+    import shutil
+    import subprocess
+
+    docker = shutil.which("docker")
+    if docker is None:
+        pytest.skip("docker is not installed here: the Dockerfile is not built")
+    if subprocess.run([docker, "info"], capture_output=True, timeout=60).returncode != 0:
+        pytest.skip("no docker daemon answers here: the Dockerfile is not built")
+    from mcp_compiler.targets.triton import kserve as ks
+
+    r = runner.invoke(app, ["deploy", str(entries / "repo" / "mlp"), "--kserve", "--dockerfile"])
+    assert r.exit_code == 0, r.output
+    (tmp_path / "Dockerfile").write_text(r.stdout)
+    tag = "mcp-cli-test-image:latest"
+    b = subprocess.run([docker, "build", "-t", tag, str(tmp_path)], capture_output=True, text=True, timeout=3600)
+    if b.returncode != 0 and any(t in b.stderr for t in ("failed to resolve source metadata", "pull access denied",
+                                                         "no such host", "dial tcp", "TLS handshake timeout")):
+        pytest.skip(f"the base image {ks.TRITON_IMAGE} cannot be pulled here")
+    assert b.returncode == 0, b.stderr[-3000:]
+    v = subprocess.run([docker, "run", "--rm", tag, "python3", "-c", "import onnxruntime; print(onnxruntime.__version__)"],
+                       capture_output=True, text=True, timeout=600)
+    assert v.stdout.strip() == ks.image_pins()["onnxruntime"], v.stderr[-2000:]
