@@ -25,12 +25,10 @@ from mcp_compiler.errors import McpError, ServerError, UsageError
 from mcp_compiler.inputs import REQUEST_LENGTH
 
 from .client import Connection, aio_client, infer_inputs, server_error
-from .deploy import smoke_inputs, wire_feeds
 from .entry import Entry
+from .lifecycle import load_model, remote_config, smoke_inputs, wire_feeds
 from .loadgen import Load, Point, measure
 from .runtime import params as P
-
-LOAD_TIMEOUT_S = 180.0
 
 
 class BenchFailedError(ServerError):
@@ -117,58 +115,6 @@ def served(target: str | os.PathLike | Entry, conn: Connection | None, *, batch_
         feeds, notes = ({}, []) if P.GENERATION in cfg.parameters else \
             _remote_feeds(cfg, inputs, batch_size, dims or {}, length or DEFAULT_LENGTH, accepts)
     yield Served(conn, cfg.name or name, cfg, feeds, notes=notes)
-
-
-def load_model(s: Served, config_json: str | None = None, files: dict[str, bytes] | None = None) -> None:
-    """(Re)load s.name, with `config_json` instead of the config on disk when given (and the
-    version folder's `files` uploaded, for a name the repository does not have)."""
-    from .client import client
-
-    c = client(s.conn)
-    try:
-        kw = {"config": config_json} if config_json else {}
-        if files:
-            kw["files"] = files
-        c.load_model(s.name, headers=s.conn.headers(), client_timeout=LOAD_TIMEOUT_S, **kw)
-        if not c.is_model_ready(s.name, headers=s.conn.headers()):
-            raise ServerError(f"{s.name} is not READY after loading")
-    except McpError:
-        raise
-    except Exception as e:  # noqa: BLE001 - tritonclient raises many kinds
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ServerError(f"{s.conn.describe()} failed to load {s.name}: {msg}") from None
-    finally:
-        c.close()
-
-
-def unload_model(s: Served) -> None:
-    """Unload s.name if loaded; quietly (a clean-up)."""
-    from .client import client
-
-    c = client(s.conn)
-    try:
-        c.unload_model(s.name, headers=s.conn.headers())
-    except Exception:  # noqa: BLE001 - not loaded, or the server is going away: nothing to undo
-        pass
-    finally:
-        c.close()
-
-
-def remote_config(conn: Connection, name: str) -> Any:
-    from google.protobuf import json_format
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    from .client import call, client
-
-    c = client(conn)
-    try:
-        js = call(conn, f"reading the config of {name}", c.get_model_config, name, headers=conn.headers(),
-                   as_json=True)
-    finally:
-        c.close()
-    cfg = mc.ModelConfig()
-    json_format.ParseDict(js.get("config", js), cfg, ignore_unknown_fields=True)
-    return cfg
 
 
 def _batched(feeds: dict[str, np.ndarray], cfg: Any, batch_size: int) -> dict[str, np.ndarray]:

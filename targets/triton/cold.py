@@ -20,8 +20,9 @@ import numpy as np
 
 from mcp_compiler.errors import ServerError, ServerUnreachableError
 
-from .bench import Served, load_model, unload_model
+from .bench import Served
 from .client import call
+from .lifecycle import load_model, unload_model, wait_unloaded
 
 STEADY_REQUESTS = 50
 
@@ -88,7 +89,7 @@ def cold(s: Served, runs: int = 3, metrics_url: str | None = None, progress=None
     try:
         for k in range(runs):
             unload_model(s)
-            _wait_unloaded(s)
+            wait_unloaded(s)
             t0 = time.perf_counter()
             load_model(s, *(source or ()))
             load_s = time.perf_counter() - t0
@@ -137,21 +138,6 @@ def _client(s: Served):  # noqa: ANN202
     from .client import client
 
     return client(s.conn)
-
-
-def _wait_unloaded(s: Served, timeout: float = 60.0) -> None:
-    c = _client(s)
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            index = c.get_model_repository_index(headers=s.conn.headers(), as_json=True).get("models", [])
-            states = [m.get("state") for m in index if m.get("name") == s.name]
-            if not any(st in ("READY", "UNLOADING", "LOADING") for st in states):
-                return
-            time.sleep(0.05)
-        raise ServerError(f"{s.name} did not unload within {timeout:.0f} s")
-    finally:
-        c.close()
 
 
 def _inputs(s: Served) -> list:

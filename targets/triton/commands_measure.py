@@ -221,8 +221,9 @@ def bench(
 
 def _generation(target: str, remote) -> bool:  # noqa: ANN001 - client.Connection or None
     """Whether the target is an LLM generation entry (its config, local or the server's)."""
-    from .bench import is_entry, remote_config
+    from .bench import is_entry
     from .entry import read_config
+    from .lifecycle import remote_config
     from .runtime import params as P
 
     if is_entry(target):

@@ -22,8 +22,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from mcp_compiler.errors import (
     McpError,
     ServerError,
@@ -33,6 +31,7 @@ from mcp_compiler.names import check_name
 
 from .client import Connection, call, client, infer_inputs, load_error
 from .entry import FILES_LIMIT, Entry
+from .lifecycle import CONTENT_KEY, ready_versions, served_sha256, smoke_inputs, wait_ready
 from .runtime.params import GENERATION
 
 # One gRPC message carries at most entry.FILES_LIMIT. HTTP sends files base64-encoded in one JSON
@@ -208,7 +207,7 @@ def reload_source(conn: Connection, name: str) -> tuple[str, dict[str, bytes]] |
         names = {r["name"] for r in index} if isinstance(index, list) else {m.name for m in index.models}
         if name in names:
             return None
-        served = _served_sha256(c, conn, name)
+        served = served_sha256(c, conn, name)
     finally:
         c.close()
     kept = _recorded(conn, name)
@@ -245,107 +244,7 @@ def content_sha256(files: dict[str, bytes]) -> str:
     return h.hexdigest()
 
 
-def _served_sha256(c, conn: Connection, name: str) -> str | None:  # noqa: ANN001
-    """The content hash in the config the server has for `name` (None: none, or not ours)."""
-    try:
-        cfg = c.get_model_config(name, headers=conn.headers())
-    except Exception:  # noqa: BLE001 - not loaded / unknown
-        return None
-    if not isinstance(cfg, dict):   # gRPC: ModelConfigResponse
-        cfg = {"parameters": {k: {"string_value": v.string_value} for k, v in cfg.config.parameters.items()}}
-    cfg = cfg.get("config", cfg)
-    return (cfg.get("parameters") or {}).get(CONTENT_KEY, {}).get("string_value")
-
-
-CONTENT_KEY = "mcp_content_sha256"
-
-
 # -- deploy ---------------------------------------------------------------------------------------
-
-def _ready_versions(c, conn: Connection, name: str) -> list[int]:  # noqa: ANN001
-    try:
-        if not c.is_model_ready(name, headers=conn.headers()):
-            return []
-        md = c.get_model_metadata(name, headers=conn.headers())
-    except Exception:  # noqa: BLE001 - not loaded / unknown
-        return []
-    versions = md["versions"] if isinstance(md, dict) else list(md.versions)
-    return sorted(int(v) for v in versions)
-
-
-def _wait_ready(c, conn: Connection, name: str, version: int, timeout: float) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if c.is_model_ready(name, str(version), headers=conn.headers()):
-                return
-        except Exception:  # noqa: BLE001
-            pass
-        time.sleep(0.05)
-    raise DeployError(f"{name} v{version} not READY on {conn.describe()} after {timeout:.0f} s (--wait-timeout)")
-
-
-def smoke_inputs(entry: Entry, inputs: str | os.PathLike | None = None, *,
-                 dims: dict[str, int] | None = None, length: int | None = None,
-                 notes: list[str] | None = None) -> dict[str, np.ndarray]:
-    """One request the model accepts: the first sample of `inputs` (an .npz or a folder of them),
-    or one from mcp_compiler.inputs (sizes from the model's own shape contracts, probed on it
-    locally; `dims` fixes symbols), batch 1 where batching. With `length`, the symbols no op
-    ties to a size (a sequence length, an image side) are tried at that size first (bench: a
-    realistic request, not the smallest one); `notes` says what was chosen."""
-    from mcp_compiler.inputs import load_inputs, make, plan, probe
-
-    cfg = entry.config
-    model, run = _local_model(entry)
-    if inputs is not None:
-        feeds = load_inputs(inputs, model)[0]
-    else:
-        p = plan(model, dims, fold=False)
-        batchless = [s for s in p.free if s not in (dims or {}) and not _at_axis0(p, s)]
-        if length and batchless:
-            try:
-                q = plan(model, {**{s: length for s in batchless}, **(dims or {})}, fold=False)
-                probe(model, q, run)
-                p = q
-                if notes is not None:
-                    notes.append(f"{', '.join(batchless)} = {length} (the default request length; --dims sets it)")
-            except McpError as e:
-                probe(model, p, run)
-                if notes is not None:
-                    notes.append(f"{', '.join(batchless)} = {length} is not accepted ({str(e)[:120]}); "
-                                 f"using {', '.join(f'{s}={p.sizes[s]}' for s in batchless)}")
-        else:
-            probe(model, p, run)
-        feeds = make(model, p, np.random.default_rng(0), batch=1 if cfg.max_batch_size > 0 else None)
-    return wire_feeds(cfg, feeds)
-
-
-def wire_feeds(cfg: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Feeds shaped as the model takes them -> as Triton takes them: a scalar travels as [1]
-    (the runtime gives the model []), a batching model's [batch] value as [batch, 1] (the
-    config's reshape gives the model [batch])."""
-    batched = cfg.max_batch_size > 0
-    out = {}
-    for i in cfg.input:
-        if i.name in feeds:
-            v = feeds[i.name]
-            if list(i.dims) == [1] and v.ndim == (1 if batched else 0):
-                v = v.reshape(-1, 1) if batched else v.reshape(1)
-            out[i.name] = v
-    return out
-
-
-def _at_axis0(p: Any, symbol: str) -> bool:
-    return any(sh and sh[0] == symbol for sh in p.shapes.values())
-
-
-def _local_model(entry: Entry):  # noqa: ANN202 - (IR model, feeds -> outputs)
-    from mcp_compiler.session import create_session, quiet_options
-
-    model = entry.model()
-    sess = create_session(model, quiet_options(prepack=False))
-    return model, lambda feeds: sess.run(None, feeds)
-
 
 def _smoke_generation(conn: Connection, name: str, version: int) -> None:
     """A generation entry: one token over gRPC's stream (its decoupled policy takes no other)."""
@@ -430,8 +329,8 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
         ext = meta["extensions"] if isinstance(meta, dict) else list(meta.extensions)
         if "model_repository" not in ext:
             raise ServerError(f"{conn.describe()} has no model repository extension; it cannot load models on request")
-        report.previous_versions = _ready_versions(c, conn, name)
-        served = _served_sha256(c, conn, name) if report.previous_versions else None
+        report.previous_versions = ready_versions(c, conn, name)
+        served = served_sha256(c, conn, name) if report.previous_versions else None
         if v in report.previous_versions and served == digest:
             report.unchanged = True
         elif v in report.previous_versions and not force:
@@ -447,13 +346,13 @@ def deploy(entry: str | os.PathLike, conn: Connection, *, name: str | None = Non
                              **({"client_timeout": wait_timeout} if conn.protocol == "grpc" else {}))
             except Exception as e:  # noqa: BLE001 - tritonclient raises many kinds
                 raise load_error(conn, e, name, v) from None
-            _wait_ready(c, conn, name, v, wait_timeout)
+            wait_ready(c, conn, name, v, wait_timeout, DeployError)
         except McpError as e:
-            still = _ready_versions(c, conn, name)
+            still = ready_versions(c, conn, name)
             if report.previous_versions and still:
                 raise DeployError(f"{e}; the previous version (v{', v'.join(map(str, still))}) is still serving") from None
             raise
-        now = _served_sha256(c, conn, name)
+        now = served_sha256(c, conn, name)
         if now != digest:
             raise DeployError(f"{conn.describe()} reports {name} READY but with other content "
                               f"({(now or 'none')[:12]} instead of {digest[:12]}): it did not reload")
@@ -489,7 +388,7 @@ def _after_bad_smoke(c, conn: Connection, name: str, err: McpError, report: Depl
     try:
         c.load_model(name, headers=conn.headers(), config=config_json, files=files)
         old_v = int(next(iter(files)).split(":", 1)[1].split("/", 1)[0])
-        _wait_ready(c, conn, name, old_v, 120)
+        wait_ready(c, conn, name, old_v, 120, DeployError)
     except Exception as e:  # noqa: BLE001
         return DeployError(f"{err}; rolling back failed too: {e}")
     return DeployError(f"{err}; rolled back: v{old_v} is serving again")
@@ -536,7 +435,7 @@ def undeploy(name: str, conn: Connection, *, wait_timeout: float = 300.0) -> dic
     c = client(conn)
     try:
         call(conn, "reading server metadata", c.get_server_metadata, headers=conn.headers())
-        if not _ready_versions(c, conn, name):
+        if not ready_versions(c, conn, name):
             raise NotLoadedError(f"{name} is not loaded on the server {conn.describe()}")
         t0 = time.perf_counter()
         call(conn, f"unloading {name}", c.unload_model, name, headers=conn.headers())
@@ -544,7 +443,7 @@ def undeploy(name: str, conn: Connection, *, wait_timeout: float = 300.0) -> dic
         while True:
             mine = [r for r in _rows(c, conn) if r["name"] == name]
             states = {r["state"] for r in mine}
-            if not _ready_versions(c, conn, name) and not states & {"READY", "UNLOADING", "LOADING"}:
+            if not ready_versions(c, conn, name) and not states & {"READY", "UNLOADING", "LOADING"}:
                 state = "UNAVAILABLE" if mine else "UNLOADED"
                 break
             if time.monotonic() > deadline:

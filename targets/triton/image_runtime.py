@@ -138,9 +138,9 @@ def samples(entry: Any, n: int = SAMPLES) -> list[dict[str, np.ndarray]]:   # an
     its contracts allow, probed on it here; batch 1 where it batches)."""
     from mcp_compiler.inputs import make, plan, probe
 
-    from .deploy import _local_model
+    from .lifecycle import local_model
 
-    model, run = _local_model(entry)
+    model, run = local_model(entry)
     p = probe(model, plan(model, None, fold=False), run)
     batch = 1 if entry.config.max_batch_size > 0 else None
     return [make(model, p, np.random.default_rng(k), batch=batch) for k in range(n)]

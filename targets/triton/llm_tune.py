@@ -76,7 +76,8 @@ def _config_with(cfg: Any, name: str, max_running: int, pool: int) -> tuple[Any,
 def tune_llm(entry: str | os.PathLike, slo_tbt_p99_ms: float, *, clients: int = 16, memory_budget: int | None = None,
              prompt_words: int = 64, output_tokens: int = 32, pairs: int = 5, margin: float = 0.05,
              budget_s: float = 600.0, progress: Callable[[str], None] | None = None) -> LLMTuneReport:
-    from .bench import load_model, served
+    from .bench import served
+    from .lifecycle import load_model
     from .llm_bench import measure_llm
     from .tune import bootstrap_median_interval
 

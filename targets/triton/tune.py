@@ -44,8 +44,9 @@ from typing import Any, Callable
 
 from mcp_compiler.errors import McpError, UsageError
 
-from .bench import Served, load_model, measure_points, served, still_serving, unload_model
+from .bench import Served, measure_points, served, still_serving
 from .entry import Entry, int_parameter
+from .lifecycle import load_model, unload_model
 from .loadgen import WARMUP_S, Load, Point
 from .procs import PeakRss
 from .runtime import params as P

@@ -283,8 +283,8 @@ def test_a_batch_only_value_travels_as_batch_by_one(tmp_path):
     """A batching model's [N] value (sequence lengths beside [N, T] data, as real recognizers
     and diacritizers take): Triton needs a dim past the batch, so it travels as [N, 1] and the
     config's reshape gives the model [N]; deploy's smoke request is shaped to match."""
-    from mcp_compiler.targets.triton.deploy import smoke_inputs
     from mcp_compiler.targets.triton.entry import Entry
+    from mcp_compiler.targets.triton.lifecycle import smoke_inputs
 
     nodes = [helper.make_node("Cast", ["lengths"], ["lf"], to=TensorProto.FLOAT),
              helper.make_node("Unsqueeze", ["lf", "one"], ["l2"]),
