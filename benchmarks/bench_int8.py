@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _images import CALIBRATE, JUDGE, resized, write_samples
-from _measure import machine, versions, zoo_models
+from _measure import has_vnni, machine, versions, zoo_models
 from _results import table, write_section
 
 IMAGENET = (np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32))
@@ -241,7 +241,12 @@ through one real Triton 2.51 (nvidia-pytriton's; gRPC, concurrency 1, batch 1, a
 
 {served_table}
 """
-    write_section("int8", f"""INT8 static QDQ (`convert --quantize int8`) against the fp32 entry of the same model
+    # the issue's figures are for a CPU with VNNI; a run on one without (AVX2 only: int8 kernels
+    # without VPDPBUSD, and onnxruntime's u8s8 may saturate there) goes to a section of its own
+    key = "int8" if has_vnni() else "int8_no_vnni"
+    isa_note = "" if has_vnni() else ("\n**This machine has no VNNI** (AVX2 only): int8's kernels and its rounding are "
+                                      "not those of the issue's CPU; these figures do not replace the VNNI ones.\n")
+    write_section(key, f"""{isa_note}INT8 static QDQ (`convert --quantize int8`) against the fp32 entry of the same model
 (`python benchmarks/bench_int8.py`), {machine()}, onnxruntime {v['onnxruntime']}. Calibrated and selected on 8 of
 scikit-image's sample photographs (4 calibrate, 4 select), judged by `--verify` on 8 others
 (held out). Latency: each entry's bundled runtime in-process at 2 threads, {a.rounds} paired rounds
