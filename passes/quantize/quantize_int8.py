@@ -94,6 +94,9 @@ class QuantizeInt8Pass(Pass):
             q = _Quantizer(model, Path(tmp), calib, select, opts, budget)
             result = q.run(search=opts.search)
             _move_into(model, result.proto)
+        if q.reduce_range:
+            result.notes.append("int8 weights at 7 bits (reduce_range): this CPU has no VNNI, where onnxruntime's "
+                                "uint8 x int8 kernels can saturate (its own advice); the entry then runs alike on one with it")
         stats = {"method": result.method, "activations": opts.int8_activations, "calibration_samples": len(calib),
                  "selection_samples": len(select), "quantized_nodes": result.quantized, "kept_float_nodes": len(result.kept),
                  "trials": q.trials}
@@ -106,8 +109,25 @@ class QuantizeInt8Pass(Pass):
                             "kept_segments": result.kept_segments, "kept_nodes": [n for n, _ in result.kept],
                             "closeness": round(result.closeness, 8), "holds": True, "budget": budget,
                             "calibration_samples": len(calib), "selection_samples": len(select),
-                            "trials": q.trials, "activations": opts.int8_activations}}
+                            "trials": q.trials, "activations": opts.int8_activations,
+                            "weight_bits": 7 if q.reduce_range else 8}}
         return PassResult(model, True, {**stats, "int8": summary["int8"]}, details, warnings)
+
+
+def reduce_range(activations: str) -> bool:
+    """Weights at 7 bits where uint8 activations meet int8 weights on an x86 CPU without VNNI:
+    there onnxruntime's u8s8 kernels sum pairs of products in 16 bits (VPMADDUBSW), which
+    saturates at 8-bit weights (onnxruntime's quantization guide says to reduce the range on
+    AVX2/AVX-512 without VNNI). Measured on the converting machine: what the selection judges
+    is what this CPU computes."""
+    import platform
+
+    from mcp_compiler.profile import machine
+
+    if activations != "uint8" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    isa = machine().isa
+    return not ("vnni" in isa or "amx_int8" in isa)
 
 
 @dataclass
@@ -133,6 +153,7 @@ class _Quantizer:
 
         self.tmp, self.calib, self.select, self.opts = tmp, calib, select, opts
         self.budget = tightened(budget)
+        self.reduce_range = reduce_range(opts.int8_activations)
         proto = to_onnx(model, value_info=False)
         for i, n in enumerate(proto.graph.node):   # the quantizer's nodes_to_exclude names nodes
             if not n.name:
@@ -167,6 +188,7 @@ class _Quantizer:
             try:
                 quantize_static(str(self.src), str(out), _Reader(self.calib), quant_format=QuantFormat.QDQ,
                                 per_channel=True, activation_type=act, weight_type=QuantType.QInt8,
+                                reduce_range=self.reduce_range,
                                 calibrate_method=cm, nodes_to_exclude=sorted(set(exclude) | set(self.excluded_by_user)),
                                 calibration_cache_path=str(self.tmp / f"ranges-{method}.json"),
                                 extra_options={"CalibPercentile": 99.999} if method == "percentile" else {})
