@@ -601,13 +601,15 @@ def inspect(path: str | os.PathLike, values: bool = False) -> ModelSummary:
     s.no_shape_rule = dict(result.stats["no_rule"])
     s.input_sizes = _input_sizes(path)
     from .llm.spec import find_llm
-    from .state import find_state_pairs
+    from .state import find_state_pairs, proposed_pairs
 
     llm = find_llm(model, Path(path))
     if llm is not None:   # its KV cache is the decoder's, not state pairs for the sequence batcher
         s.llm = llm.to_dict()
         return s
-    s.state_pairs = [p.to_dict() for p in find_state_pairs(model)]
+    pairs = find_state_pairs(model)
+    s.state_pairs = [p.to_dict() for p in pairs]
+    s.state_proposed = [p.to_dict() for p in proposed_pairs(model, pairs)]
     return s
 
 

@@ -405,6 +405,9 @@ class Reporter:
                            markup=False)
             for p in s.state_pairs:
                 self.out.print(f"  {p['input']} -> {p['output']} ({p['kind']}: {p['why']})", markup=False)
+        for p in getattr(s, "state_proposed", None) or ():
+            self.out.print(f"state, proposed (not used): {p['input']} -> {p['output']} ({p['why']}); "
+                           f"--state {p['input']}={p['output']} serves it so", markup=False)
         if s.no_shape_rule:
             self.out.print("ops without a shape rule (declared dims kept): "
                            + ", ".join(f"{k} {n}" for k, n in s.no_shape_rule.items()), markup=False)

@@ -178,3 +178,64 @@ def find_state_pairs(model: Model) -> list[StatePair]:
             taken.add(o.name)
             break
     return list(pairs.values())
+
+
+_GATES = {"Sigmoid", "Tanh"}
+
+
+def proposed_pairs(model: Model, pairs: list[StatePair] | None = None) -> list[StatePair]:
+    """Pairs by shape alone, proposed and never used (issue 59: an unrolled-LSTM denoiser with its
+    state in [1, 2, 128, 2] and out under another name was served stateless with no hint): an
+    input and an output outside `pairs`, of the same element type and the same fully static shape
+    of rank 2 or more (a state, not a flag), the output computed from the input through a
+    recurrent cell's gates (a Sigmoid or Tanh between them, as an unrolled LSTM/GRU has), neither
+    the model's first input nor its first output (its main tensors). `--state IN=OUT` serves one."""
+    g = model.graph
+    pairs = find_state_pairs(model) if pairs is None else pairs
+    used_in, used_out = {p.input for p in pairs}, {p.output for p in pairs}
+    inputs = [v for v in g.inputs if v.const is None]
+    main_in, main_out = (inputs[0] if inputs else None), (g.outputs[0] if g.outputs else None)
+    out, taken = [], set(used_out)
+    for v in inputs:
+        a = _shape(v)
+        if v is main_in or v.name in used_in or a is None or len(a) < 2 or not all(isinstance(d, int) for d in a):
+            continue
+        after = _after(v)
+        for o in g.outputs:
+            if o is main_out or o.name in taken or _dtype(o) != _dtype(v) or _shape(o) != a:
+                continue
+            gates = sorted({n.op_type for n in _between(o, after) if n.op_type in _GATES})
+            if gates:
+                out.append(StatePair(v.name, o.name, "shape", f"same type and shape {list(a)}, computed from it "
+                                     f"through {' and '.join(gates)} gates (a recurrent cell)"))
+                taken.add(o.name)
+                break
+    return out
+
+
+def _after(v: Value) -> set[int]:
+    """The ids of the nodes of the main graph computed from `v`."""
+    seen: set[int] = set()
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        for n, _ in x.uses:
+            if id(n) not in seen:
+                seen.add(id(n))
+                todo += [o for o in n.outputs if o is not None]
+    return seen
+
+
+def _between(out: Value, after: set[int]) -> list:
+    """The nodes `out` is computed from that are themselves computed from the input (`after`)."""
+    found, seen, todo = [], set(), [out]
+    while todo:
+        x = todo.pop()
+        p = x.producer
+        if p is None or id(p) in seen:
+            continue
+        seen.add(id(p))
+        if id(p) in after:
+            found.append(p)
+        todo += [i for i in p.inputs if i is not None]
+    return found

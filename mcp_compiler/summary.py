@@ -46,6 +46,8 @@ class ModelSummary:
     values: list[ValueSummary] | None = None   # every value's shape (inspect --values)
     # inputs the model reads its state from and the outputs it gives the next state in (state.py)
     state_pairs: list[dict] = field(default_factory=list)
+    # pairs by shape alone (state.proposed_pairs): never used, `--state IN=OUT` serves one
+    state_proposed: list[dict] = field(default_factory=list)
     # a decoder LLM (llm/spec.py): layers, KV heads, head size, context, the cache's bytes a token
     llm: dict | None = None
 

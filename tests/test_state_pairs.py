@@ -193,3 +193,59 @@ def test_an_openvino_entrys_sequence_check_runs_on_openvino(tmp_path, monkeypatc
     v = json_of(r.output)["verification"]
     assert v["execution"] == "openvino/f32" and v["sequence"]["execution"] == "openvino/f32" and v["ok"], v
     assert engines and set(engines) == {"openvino"}, engines
+
+
+def _unrolled(tmp_path, gates: bool = True):
+    """An unrolled LSTM-like step: main x [1, 16] -> y [1, 16]; its state `mem` [1, 2, 8, 2] in and
+    the next state `upd` out, computed from it through Sigmoid and Tanh gates (or, without
+    gates, a plain Add): names that pair up with nothing."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "w")
+    shape = numpy_helper.from_array(np.array([1, 2, 8, 2], np.int64), "shape")
+    flat = numpy_helper.from_array(np.array([1, 32], np.int64), "flat")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Reshape", ["xw", "shape"], ["xr"]),
+             helper.make_node("Add", ["xr", "mem"], ["pre"])]
+    if gates:
+        nodes += [helper.make_node("Sigmoid", ["pre"], ["f"]), helper.make_node("Tanh", ["pre"], ["g"]),
+                  helper.make_node("Mul", ["f", "mem"], ["fm"]), helper.make_node("Add", ["fm", "g"], ["upd"])]
+    else:
+        nodes += [helper.make_node("Add", ["pre", "mem"], ["upd"])]
+    nodes += [helper.make_node("Reshape", ["upd", "flat"], ["u32"]),
+              helper.make_node("Slice", ["u32", "s0", "s16", "s1"], ["y"])]
+    inits = [w, shape, flat] + [numpy_helper.from_array(np.array([v], np.int64), n)
+                                for n, v in (("s0", 0), ("s16", 16), ("s1", 1))]
+    return save_model(tmp_path, "unrolled" if gates else "plain", nodes,
+                      [helper.make_tensor_value_info("x", F, [1, 16]), helper.make_tensor_value_info("mem", F, [1, 2, 8, 2])],
+                      [helper.make_tensor_value_info("y", F, [1, 16]), helper.make_tensor_value_info("upd", F, [1, 2, 8, 2])],
+                      inits)
+
+
+def test_a_state_pair_by_shape_through_gates_is_proposed_and_used_only_when_given(tmp_path):
+    """issue 59: an unrolled-LSTM denoiser with its state in [1, 2, 128, 2] and out under another
+    name was served stateless with no hint. Proposed by inspect and the convert warning with the
+    flag to pass; used only when given; not proposed without gates between them."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from mcp_compiler.cli import app
+    from mcp_compiler.state import proposed_pairs
+
+    src = _unrolled(tmp_path)
+    model = load_onnx(src).model
+    assert find_state_pairs(model) == []
+    [p] = proposed_pairs(model)
+    assert (p.input, p.output, p.kind) == ("mem", "upd", "shape") and "Sigmoid and Tanh" in p.why
+    run = CliRunner().invoke
+    r = run(app, ["inspect", str(src), "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["state_proposed"][0]["output"] == "upd", r.output
+    r = run(app, ["inspect", str(src)])
+    assert "--state mem=upd serves it so" in r.output, r.output
+    r = run(app, ["convert", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "r"), "--name", "a"])
+    assert r.exit_code == 0 and "--state mem=upd serves them so" in r.output, r.output
+    assert "sequence_batching" not in (tmp_path / "r" / "a" / "config.pbtxt").read_text()   # proposed, not used
+    r = run(app, ["convert", str(src), "-t", "triton-v1.12", "-o", str(tmp_path / "r"), "--name", "b",
+                  "--state", "mem=upd", "--verify"])
+    assert r.exit_code == 0 and "look like a state pair" not in r.output, r.output
+    assert "sequence_batching" in (tmp_path / "r" / "b" / "config.pbtxt").read_text()
+    assert proposed_pairs(load_onnx(_unrolled(tmp_path, gates=False)).model) == []

@@ -321,6 +321,13 @@ def _state_pairs(model: Model, backend: str, p: ServingParams, warnings: list[st
     if not p.state and not p.stateful and find_llm(model) is not None:
         return []   # a decoder LLM: its KV cache is the decoder runtime's (mcp_runtime.decoder), not the sequence batcher's
     pairs = find_state_pairs(model) if not p.state else [StatePair(*_given_pair(model, x), "given", "--state") for x in p.state]
+    if not p.state:
+        from mcp_compiler.state import proposed_pairs
+
+        for x in proposed_pairs(model, pairs):
+            warnings.append(f"input {x.input!r} and output {x.output!r} look like a state pair ({x.why}) and are not "
+                            f"kept on the server: {' '.join(f'--state {q.input}={q.output}' for q in [*pairs, x])} "
+                            "serves them so")
     if not pairs:
         if p.stateful:
             raise UsageError("stateful: the model has no state pairs (an input of its state and the output of the "
