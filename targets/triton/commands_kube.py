@@ -22,12 +22,11 @@ def kserve_command(rep, entry: Path, json_out: bool, dockerfile: bool, output: s
                    apply: bool, plain: bool, kubeconfig: Optional[str], timeout: float, check_image: bool,
                    request: dict) -> None:
     from . import kserve as ks
+    from .entry import Entry, execution_of
 
-    checked = _check_image(rep, entry) if check_image else None
+    e = Entry.read(entry) if check_image or dockerfile else None   # read once for the check and the Dockerfile
+    checked = _check_image(rep, e) if check_image else None
     if dockerfile:
-        from .entry import Entry, execution_of
-
-        e = Entry.read(entry)
         text = ks.dockerfile_text(ks.entry_opset(e.local), execution_of(e.config))
         if checked is not None:
             text = f"# checked: {checked.line()}\n{text}"
@@ -84,14 +83,13 @@ def kserve_command(rep, entry: Path, json_out: bool, dockerfile: bool, output: s
                       f"{output / 'plain' / 'triton.yaml'})", markup=False)
 
 
-def _check_image(rep, entry: Path):  # noqa: ANN001, ANN202 - a Reporter; image_runtime.ImageCheck
+def _check_image(rep, e):  # noqa: ANN001, ANN202 - a Reporter, an entry.Entry; image_runtime.ImageCheck
     """--check-image-runtime: the entry in the image's runtime against the verified one, before
     anything is written (outside its budget: VerificationError, exit 1)."""
     from . import kserve as ks
-    from .entry import Entry, execution_of
+    from .entry import execution_of
     from .image_runtime import check
 
-    e = Entry.read(entry)
-    with rep.status(f"checking {entry} in the image's runtime"):
+    with rep.status(f"checking {e.path} in the image's runtime"):
         return check(e, ks.image_pins(execution_of(e.config)), ks.TRITON_IMAGE,
                      lambda line: rep.err.print(f"note: {line}", markup=False))

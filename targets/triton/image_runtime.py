@@ -27,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from mcp_compiler.errors import ServerError, UsageError, VerificationError
+from mcp_compiler.profile import _budget_text
 
 from .runtime import params as P
 
@@ -80,10 +81,6 @@ class ImageCheck:
                 f"{self.verified_versions['onnxruntime']} on {self.samples} samples: cosine {a['cos']:.7f}, "
                 f"relative error {a['rel']:.3g}, max abs {a['max_abs']:.3g} "
                 f"({'within' if self.ok else 'outside'} {_budget_text(self.budget)})")
-
-
-def _budget_text(b: dict[str, float]) -> str:
-    return ", ".join(f"{k}={v:g}" for k, v in b.items())
 
 
 def cache_root() -> Path:
