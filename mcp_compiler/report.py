@@ -297,8 +297,8 @@ class Reporter:
         for w in getattr(r, "warnings", None) or ():
             self.warning(w)
         for o in getattr(r, "at_basic_level", None) or ():
-            self.out.print(f"  {o['name']} against onnxruntime's basic optimization (quantized weights dequantized "
-                           f"by constant folding): max abs {o['max_abs']:.3g}, max rel {o['max_rel']:.3g}, "
+            self.out.print(f"  {o['name']} against onnxruntime's basic optimization (its extended fusions off; QDQ weights "
+                           f"dequantized by its constant folding): max abs {o['max_abs']:.3g}, max rel {o['max_rel']:.3g}, "
                            f"cosine {o['cosine']:.6f}  (reported, not judged)", markup=False)
 
     # -- zoo ----------------------------------------------------------------------------------
